@@ -1,0 +1,81 @@
+"""Kafka topics: names, layout and creation, in one place.
+
+Every record is keyed by ``session_id`` so that one session's records (the
+session, its feedback, its outcomes, its rewarded revisions) share a partition
+number across topics with the same partition count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+SESSIONS = "sessions.v1"
+FEEDBACK = "feedback.v1"
+OUTCOMES = "outcomes.v1"
+REWARDED = "rewarded.v1"
+DLQ = "dlq.v1"
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    retention_ms: int
+    replication_factor: int = 1
+
+    def config(self) -> dict[str, str]:
+        return {"retention.ms": str(self.retention_ms), "cleanup.policy": "delete"}
+
+
+def topic_specs(partitions: int = 4, replication_factor: int = 1) -> list[TopicSpec]:
+    """The topics Ratchet uses. Input topics share one partition count (co-partitioned)."""
+    return [
+        TopicSpec(SESSIONS, partitions, 14 * DAY_MS, replication_factor),
+        TopicSpec(FEEDBACK, partitions, 14 * DAY_MS, replication_factor),
+        TopicSpec(OUTCOMES, partitions, 14 * DAY_MS, replication_factor),
+        TopicSpec(REWARDED, partitions, 30 * DAY_MS, replication_factor),
+        TopicSpec(DLQ, 1, 30 * DAY_MS, replication_factor),
+    ]
+
+
+def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None, timeout_s: float = 30.0) -> list[str]:
+    """Create any missing topics; return the names created. Existing topics are left alone."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    specs = specs if specs is not None else topic_specs()
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000})
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    missing = [s for s in specs if s.name not in existing]
+    if not missing:
+        return []
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=s.replication_factor,
+                config=s.config(),
+            )
+            for s in missing
+        ],
+        request_timeout=timeout_s,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result()
+            created.append(name)
+        except Exception as exc:  # another process may have created it meanwhile
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+    # Metadata may lag creation by a moment: wait until every topic is listed.
+    deadline = time.monotonic() + timeout_s
+    names = {s.name for s in specs}
+    while not names <= set(admin.list_topics(timeout=timeout_s).topics):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics {sorted(names)} not all visible after {timeout_s}s")
+        time.sleep(0.1)
+    return created
