@@ -1,7 +1,7 @@
 """Shared fixtures: the real local stack, started once per test session.
 
 The stack runs under a private state folder and free ports, so a developer's
-own `ratchet stack up` is never touched. Components start lazily: a test that
+own `ratchet stack up` is never touched (unless RATCHET_TEST_STACK=running). Components start lazily: a test that
 only needs the broker never waits for vLLM.
 """
 
@@ -40,6 +40,12 @@ class LazyStack:
 @pytest.fixture(scope="session")
 def lazy_stack(tmp_path_factory):
     base = load_settings()
+    if os.environ.get("RATCHET_TEST_STACK") == "running":
+        # Development shortcut: reuse the stack `ratchet stack up` manages (started if
+        # missing, never stopped). CI always starts a private stack.
+        lazy = LazyStack(base)
+        yield lazy
+        return
     settings = StackSettings(
         state_dir=tmp_path_factory.mktemp("stack"),
         cache_dir=base.cache_dir,

@@ -1,0 +1,62 @@
+"""ratchet stack up|down|status"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def print_status(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["component"]) for r in rows)
+    for r in rows:
+        mark = "ok " if r["healthy"] else "!! "
+        pid = f"pid {r['pid']}" if r["pid"] else "-"
+        print(f"{mark}{r['component']:<{width}}  {r['state']:<9}  {r['url']:<28}  {pid}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ops.stack import Stack, StackError, load_settings
+
+    overrides = {"durable": True} if getattr(args, "durable", False) else {}
+    stack = Stack(load_settings(**overrides))
+    names = args.only.split(",") if getattr(args, "only", None) else None
+    try:
+        if args.action == "up":
+            stack.up(names)
+            print_status(stack.status(), False)
+        elif args.action == "down":
+            stack.down(names)
+        else:
+            rows = stack.status()
+            print_status(rows, args.json)
+            return 0 if all(r["healthy"] for r in rows) else 1
+    except StackError as exc:
+        print(f"ratchet stack {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    stack = sub.add_parser(
+        "stack",
+        help="the local stack: Kafka-protocol broker, MLflow, vLLM",
+        description="Start, stop or inspect the local stack. State (PID files, logs, data) lives "
+        "in RATCHET_STATE_DIR (default ~/.local/state/ratchet).",
+    )
+    actions = stack.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start every component that is not already healthy (idempotent)")
+    up.add_argument(
+        "--durable", action="store_true", help="keep broker data on S3 storage (SeaweedFS) instead of memory"
+    )
+    up.add_argument("--only", metavar="NAMES", help="comma-separated subset: s3,broker,mlflow,vllm")
+    down = actions.add_parser("down", help="stop the components this stack started")
+    down.add_argument("--only", metavar="NAMES", help="comma-separated subset: s3,broker,mlflow,vllm")
+    status = actions.add_parser(
+        "status", help="show each component and its health (exit 1 if any is unhealthy)"
+    )
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    stack.set_defaults(func=run)
