@@ -9,7 +9,7 @@ keys at top level or in a table named after the settings' section::
     kafka_bootstrap = "broker-1:9092,broker-2:9092"
 
     [ingest]
-    max_batch_bytes = 33554432
+    ingest_max_batch_bytes = 33554432
 """
 
 from __future__ import annotations
