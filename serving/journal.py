@@ -1,0 +1,86 @@
+"""Append-only journal of open sessions: one JSONL file per session, fsynced per entry.
+
+The first line of a file is the session's header (``kind: "start"``); every
+later line adds the turns of one request (``kind: "turns"``). A crash can tear
+only the last line, which was never acknowledged to the client, so a torn last
+line is ignored on reading. A file is deleted only after its session record is
+acknowledged by the broker (or dead-lettered).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+
+class JournalError(RuntimeError):
+    pass
+
+
+class SessionJournal:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, session_id: str) -> Path:
+        # Session ids may hold "/" and be 128 chars long: name files by a hash of the id.
+        return self.folder / f"{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.jsonl"
+
+    def start(self, header: dict) -> None:
+        path = self.path(header["session_id"])
+        with path.open("x") as fh:
+            fh.write(json.dumps({"kind": "start", **header}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append(self, session_id: str, entry: dict) -> None:
+        with self.path(session_id).open("a") as fh:
+            fh.write(json.dumps({"kind": "turns", **entry}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read(self, session_id: str) -> list[dict] | None:
+        """The entries of an open session (header first), or None if it has no journal.
+
+        A torn last line is cut off the file, so later appends start on a clean line."""
+        path = self.path(session_id)
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        complete, _, torn = data.rpartition(b"\n")
+        if torn:
+            os.truncate(path, len(complete) + 1 if complete else 0)
+        if not complete:
+            path.unlink()  # only a torn header: that session never got an answer
+            return None
+        entries = []
+        for i, line in enumerate(complete.split(b"\n")):
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                raise JournalError(f"{path}: line {i + 1} is not JSON") from None
+        if entries[0].get("kind") != "start" or entries[0].get("session_id") != session_id:
+            raise JournalError(f"{path}: the first line is not the header of session {session_id!r}")
+        return entries
+
+    def delete(self, session_id: str) -> None:
+        self.path(session_id).unlink(missing_ok=True)
+
+    def session_ids(self) -> list[str]:
+        """Ids of every session with a journal."""
+        ids = []
+        for path in sorted(self.folder.glob("*.jsonl")):
+            with path.open() as fh:
+                first = fh.readline()
+            try:
+                ids.append(json.loads(first)["session_id"])
+            except (ValueError, KeyError):
+                continue  # a header torn by a crash: that session never got an answer
+        return ids
