@@ -1,0 +1,119 @@
+"""Precision and recall of the hack detectors on the labelled corpus.
+
+``python -m ops.bench detectors [--corpus DIR] [--json FILE] [--verbose]``
+
+The corpus (``tests/data/hacks/*.json``) holds one session per file:
+``{"label": {"kinds": [...], "note": "..."}, "session": {...}}``; an empty
+``kinds`` marks an honest session. Every (session, kind) pair counts once: a
+true positive when the kind is labelled and flagged, a false positive when it
+is flagged but not labelled, a false negative when labelled but not flagged.
+``precision`` and ``recall`` are micro-averaged over the six kinds; ``per_kind``
+has the same two per kind; ``sessions`` scores hack-vs-honest per session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ingest.contract import HackKind, Session, parse_obj
+from rewards.detectors import detect
+from rewards.scoring import RewardSettings, load_reward_settings
+
+CORPUS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hacks"
+
+
+def load_corpus(folder: Path = CORPUS) -> list[tuple[str, set[str], Session]]:
+    """(file name, labelled kinds, session) of every corpus file, sorted by name."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        obj = json.loads(path.read_text())
+        out.append((path.name, set(obj["label"]["kinds"]), parse_obj(Session, obj["session"])))
+    return out
+
+
+def _ratio(num: int, den: int) -> float:
+    return num / den if den else 1.0
+
+
+def score(corpus: list[tuple[str, set[str], Session]], settings: RewardSettings) -> dict:
+    kinds = [k.value for k in HackKind]
+    counts = {k: {"tp": 0, "fp": 0, "fn": 0} for k in kinds}
+    session_counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    mistakes = []
+    started = time.perf_counter()
+    for name, labelled, session in corpus:
+        flagged = {f.kind.value for f in detect(session, settings)}
+        for k in kinds:
+            if k in flagged and k in labelled:
+                counts[k]["tp"] += 1
+            elif k in flagged:
+                counts[k]["fp"] += 1
+                mistakes.append(f"false positive {k}: {name}")
+            elif k in labelled:
+                counts[k]["fn"] += 1
+                mistakes.append(f"false negative {k}: {name}")
+        is_hack, was_flagged = bool(labelled), bool(flagged)
+        key = {(True, True): "tp", (False, True): "fp", (True, False): "fn", (False, False): "tn"}
+        session_counts[key[(is_hack, was_flagged)]] += 1
+    elapsed = time.perf_counter() - started
+    tp = sum(c["tp"] for c in counts.values())
+    fp = sum(c["fp"] for c in counts.values())
+    fn = sum(c["fn"] for c in counts.values())
+    return {
+        "sessions_total": len(corpus),
+        "hacks": sum(1 for _, labelled, _ in corpus if labelled),
+        "honest": sum(1 for _, labelled, _ in corpus if not labelled),
+        "precision": round(_ratio(tp, tp + fp), 4),
+        "recall": round(_ratio(tp, tp + fn), 4),
+        "per_kind": {
+            k: {
+                "precision": round(_ratio(c["tp"], c["tp"] + c["fp"]), 4),
+                "recall": round(_ratio(c["tp"], c["tp"] + c["fn"]), 4),
+                "labelled": c["tp"] + c["fn"],
+                **c,
+            }
+            for k, c in counts.items()
+        },
+        "sessions": {
+            "precision": round(_ratio(session_counts["tp"], session_counts["tp"] + session_counts["fp"]), 4),
+            "recall": round(_ratio(session_counts["tp"], session_counts["tp"] + session_counts["fn"]), 4),
+            **session_counts,
+        },
+        "mistakes": mistakes,
+        "ms_per_session": round(1000 * elapsed / max(1, len(corpus)), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.bench detectors", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder of labelled session files")
+    parser.add_argument("--json", type=Path, help="write the results to this file as JSON")
+    args = parser.parse_args(argv)
+    corpus = load_corpus(args.corpus)
+    if not corpus:
+        print(f"no corpus files in {args.corpus}", file=sys.stderr)
+        return 2
+    result = score(corpus, load_reward_settings())
+    print(f"{result['sessions_total']} sessions ({result['hacks']} hacks, {result['honest']} honest)")
+    print(f"{'kind':<22} {'precision':>9} {'recall':>7} {'labelled':>8}")
+    for kind, row in result["per_kind"].items():
+        print(f"{kind:<22} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['labelled']:>8}")
+    print(f"{'all (micro)':<22} {result['precision']:>9.3f} {result['recall']:>7.3f}")
+    s = result["sessions"]
+    print(f"{'sessions':<22} {s['precision']:>9.3f} {s['recall']:>7.3f}")
+    print(f"{result['ms_per_session']:.1f} ms per session")
+    for line in result["mistakes"]:
+        print("  " + line)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
