@@ -92,7 +92,7 @@ class Component:
     name: str
     argv: list[str]
     url: str
-    port: int
+    port: int | None  # None: a worker that listens on no port of its own
     health: Callable[[], bool]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     start_timeout_s: float = 60.0
@@ -143,8 +143,15 @@ class StackError(RuntimeError):
 
 
 class Stack:
-    def __init__(self, settings: StackSettings | None = None, progress: Progress | None = None):
+    def __init__(
+        self,
+        settings: StackSettings | None = None,
+        progress: Progress | None = None,
+        stages: Callable[[Stack], list[Component]] | None = None,
+    ):
+        """``stages`` adds components after the infrastructure (the pipeline's stage processes)."""
         self.settings = settings or load_settings()
+        self._stages = stages
         self.progress = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.state_dir = self.settings.state_dir
         for sub in ("run", "logs", "data"):
@@ -158,7 +165,13 @@ class Stack:
         if s.durable:
             out.append(self._seaweed())
         out += [self._broker(), self._mlflow(), self._vllm()]
-        return out
+        return out + self.stages()
+
+    def stages(self) -> list[Component]:
+        return self._stages(self) if self._stages else []
+
+    def alive(self, name: str) -> bool:
+        return self._owned_process(name) is not None
 
     def component(self, name: str) -> Component:
         for comp in self.components():
@@ -343,7 +356,7 @@ class Stack:
         if proc is not None and comp.health():
             self.progress(f"{comp.name}: already up at {comp.url} (pid {proc.pid})")
             return
-        if proc is None and port_open(self.settings.host, comp.port):
+        if proc is None and comp.port is not None and port_open(self.settings.host, comp.port):
             raise StackError(
                 f"{comp.name}: port {comp.port} on {self.settings.host} is taken by a process this stack did not "
                 f"start; stop it or choose another port (RATCHET_{comp.name.upper()}_PORT)"
@@ -426,8 +439,10 @@ class Stack:
         return True
 
     def down(self, names: list[str] | None = None) -> None:
+        """Stop in reverse start order; anything else this state folder has a PID file for goes first."""
         known = [c.name for c in self._declared()]
-        for name in reversed(known):
+        others = sorted(p.stem for p in (self.state_dir / "run").glob("*.pid") if p.stem not in known)
+        for name in others + list(reversed(known)):
             if names and name not in names:
                 continue
             if self.stop(name):
@@ -452,7 +467,7 @@ class Stack:
             "vllm": lambda: vllm_healthy(s.vllm_url),
         }
         ports = {"s3": s.s3_port, "broker": s.broker_port, "mlflow": s.mlflow_port, "vllm": s.vllm_port}
-        return [Component(n, [], urls[n], ports[n], health[n]) for n in names]
+        return [Component(n, [], urls[n], ports[n], health[n]) for n in names] + self.stages()
 
     def status(self) -> list[dict]:
         rows = []
@@ -460,7 +475,8 @@ class Stack:
             proc = self._owned_process(comp.name)
             if comp.name == "s3" and proc is None and not self.settings.durable:
                 continue
-            healthy = comp.health() if proc is not None or port_open(self.settings.host, comp.port) else False
+            listening = comp.port is not None and port_open(self.settings.host, comp.port)
+            healthy = comp.health() if proc is not None or listening else False
             rows.append(
                 {
                     "component": comp.name,
