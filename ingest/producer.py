@@ -66,6 +66,7 @@ def producer_config(bootstrap: str, delivery_timeout_s: float = 10.0, **config: 
         "acks": "all",
         "linger.ms": 2,
         "compression.type": "lz4",
+        "partitioner": topics.PARTITIONER,
         "message.timeout.ms": int(delivery_timeout_s * 1000),
         "socket.timeout.ms": max(1000, int(delivery_timeout_s * 1000)),
         **config,

@@ -18,6 +18,17 @@ DLQ = "dlq.v1"
 
 DAY_MS = 24 * 3600 * 1000
 
+# Headers on rewarded.v1. A reward worker writes one marker record per partition
+# when it is assigned that partition (so it can read the topic up to a point it
+# knows without trusting end offsets); every reader of rewarded.v1 skips them.
+REWARDED_MARKER_HEADER = "ratchet.marker"
+REWARDED_EMITTED_HEADER = "ratchet.emitted"
+
+# Every producer of the keyed topics must place a key on the same partition
+# number in each topic: Ratchet's producers use murmur2 (the Java client's
+# default), and so must outside producers.
+PARTITIONER = "murmur2_random"
+
 
 @dataclasses.dataclass(frozen=True)
 class TopicSpec:
