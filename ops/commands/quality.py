@@ -30,6 +30,8 @@ def consume_sample(bootstrap: str, topic: str, limit: int, idle_timeout_s: float
     is joined and no offset is committed."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    from ingest import topics
+
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -48,6 +50,8 @@ def consume_sample(bootstrap: str, topic: str, limit: int, idle_timeout_s: float
             for message in consumer.consume(num_messages=min(500, limit - len(records)), timeout=0.2):
                 if message.error() is not None:
                     raise SampleError(f"reading {topic} from {bootstrap}: {message.error()}")
+                if any(key == topics.REWARDED_MARKER_HEADER for key, _ in message.headers() or ()):
+                    continue  # a reward worker's position marker, not a record
                 records.append(
                     Sampled(topic, message.partition(), message.offset(), message.key(), message.value())
                 )

@@ -1,0 +1,362 @@
+"""Rewarded sessions → per-token training rows, masks and advantages.
+
+Admission (``admit``), per ``(session_id, revision)``:
+
+* a pair already seen is a ``duplicate`` (rewarded.v1 is at-least-once);
+* a revision at or below one already trained, or below a higher revision in
+  the same micro-batch, is ``superseded``;
+* a higher revision of a session already trained is an **amendment**;
+* anything else is ``fresh``.
+
+A fresh session is skipped with a counted reason when it is ``excluded``,
+carries a hack flag whose action is ``exclude`` (``hack_excluded``), was
+served by an adapter version the store does not hold (``unknown_version``),
+is more than ``max_staleness`` versions behind the learner's latest published
+version (``stale``; the base model counts as version 0), has a turn longer
+than ``max_row_tokens`` (``too_long``), or has no action token left after
+masking (``no_action_tokens``).
+
+No signal, no update: when two or more fresh sessions of a micro-batch all
+carry the same reward (``skip_uniform_batches``), or every advantage left is
+zero (an all-equal group, a family still without a baseline), the batch takes
+no optimisation step and its sessions are recorded as ``no_signal``.
+
+Amendments (a reward revised after the session was trained). The policy
+gradient is linear in the advantage, so the update a session should have
+contributed is reached by training it once more with the *difference*::
+
+    A_t(correction) = A_new·keep_new(t) − A_trained·keep_trained(t)
+
+where ``A_new`` is the revised reward scored against the baseline and scale
+used when the session was trained, and ``keep(t)`` is 1 on the action tokens
+each revision left unmasked (0 everywhere for an excluded revision, which so
+undoes the earlier update). The correction obeys the same staleness bound as
+fresh sessions (a too-old amendment is dropped as ``stale``, and the earlier
+update stands), updates no baseline, and becomes the session's trained
+revision. A revision that arrives while an older one waits in the same
+micro-batch simply replaces it; a new revision of a session that was seen but
+never trained (skipped, no signal) is a fresh session.
+
+Which version served a turn: ``AssistantTurn.adapter_version`` when set, else
+``Session.policy.adapter_version``; ``None`` means the base model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ingest.contract import AssistantTurn, LogprobsMode, RewardedSession
+from learner.advantages import Advantage, AdvantageParams, Baselines, Scored, amended, score, task_family
+from learner.store import version_number
+
+BASE = None  # adapter version of the base model
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the ledger remembers of a session once it has been trained."""
+
+    revision: int
+    advantage: Advantage
+    masked: tuple[tuple[str, int, int], ...]  # (turn_id, start, end) spans that carried no loss
+    excluded: bool = False
+
+
+@dataclass(frozen=True)
+class Admitted:
+    rewarded: RewardedSession
+    kind: str  # "fresh", "amendment" or a skip reason
+    previous: Trained | None = None
+
+
+def admit(
+    batch: list[RewardedSession], trained: dict[str, Trained], seen: set[tuple[str, int]]
+) -> list[Admitted]:
+    """Classify each record of a micro-batch against what was trained before (in input order)."""
+    best: dict[str, int] = {}
+    for rs in batch:
+        best[rs.session_id] = max(best.get(rs.session_id, -1), rs.revision)
+    out: list[Admitted] = []
+    taken: set[tuple[str, int]] = set()
+    for rs in batch:
+        key = (rs.session_id, rs.revision)
+        previous = trained.get(rs.session_id)
+        if key in seen or key in taken:
+            out.append(Admitted(rs, "duplicate"))
+        elif rs.revision < best[rs.session_id] or (previous is not None and rs.revision <= previous.revision):
+            out.append(Admitted(rs, "superseded", previous))
+        elif previous is not None:
+            out.append(Admitted(rs, "amendment", previous))
+        else:
+            out.append(Admitted(rs, "fresh"))
+        taken.add(key)
+    return out
+
+
+def served_version(rs: RewardedSession, turn: AssistantTurn) -> str | None:
+    return turn.adapter_version or rs.session.policy.adapter_version
+
+
+def masked_spans(rs: RewardedSession) -> tuple[tuple[str, int, int], ...]:
+    return tuple(
+        (span.turn_id, span.start, span.end)
+        for flag in rs.flags
+        if flag.action == "mask"
+        for span in flag.spans
+    )
+
+
+def is_excluded(rs: RewardedSession) -> str | None:
+    if rs.excluded:
+        return "excluded"
+    if any(flag.action == "exclude" for flag in rs.flags):
+        return "hack_excluded"
+    return None
+
+
+def staleness(rs: RewardedSession, parent: str | None) -> int:
+    """Versions between the learner's latest published version and the oldest that served a turn."""
+    now = version_number(parent) if parent else 0
+    served = [served_version(rs, t) for t in rs.session.assistant_turns()]
+    oldest = min(version_number(v) if v else 0 for v in served)
+    return max(0, now - oldest)
+
+
+def check(
+    rs: RewardedSession, parent: str | None, known_versions: set[str], max_staleness: int, max_row_tokens: int
+) -> str | None:
+    """Why a session cannot be trained now (exclusion aside), or None."""
+    for turn in rs.session.assistant_turns():
+        version = served_version(rs, turn)
+        if version is not None and version not in known_versions:
+            return "unknown_version"
+        if len(turn.prompt_token_ids) + len(turn.completion_token_ids) > max_row_tokens:
+            return "too_long"
+    if staleness(rs, parent) > max_staleness:
+        return "stale"
+    return None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One assistant turn to train on."""
+
+    session_id: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behaviour_logprobs: list[float]
+    mask: list[bool]  # completion tokens that may carry loss
+    advantages: list[float]
+    temperature: float  # 0 (greedy) is treated as 1
+    processed: bool  # behaviour logprobs are of the tempered distribution
+    version: str | None  # the adapter version that served it
+    staleness: int = 0
+
+
+def _keep(turn: AssistantTurn, spans: tuple[tuple[str, int, int], ...]) -> list[bool]:
+    keep = [True] * len(turn.completion_token_ids)
+    for turn_id, start, end in spans:
+        if turn_id == turn.turn_id:
+            for t in range(start, min(end, len(keep))):
+                keep[t] = False
+    return keep
+
+
+def rows_of(
+    rs: RewardedSession, advantage: float, parent: str | None, previous: Trained | None = None
+) -> list[Row]:
+    """Training rows of one session: its assistant turns, with per-token advantages.
+
+    For an amendment, ``previous`` is what was trained and ``advantage`` the revised
+    advantage; each token then carries the correction (see the module docstring).
+    """
+    excluded = is_excluded(rs) is not None
+    spans = masked_spans(rs)
+    rows = []
+    for turn in rs.session.assistant_turns():
+        keep = [k and not excluded for k in _keep(turn, spans)]
+        adv = [advantage if k else 0.0 for k in keep]
+        mask = list(keep)
+        if previous is not None:
+            old_keep = [k and not previous.excluded for k in _keep(turn, previous.masked)]
+            adv = [a - (previous.advantage.value if k else 0.0) for a, k in zip(adv, old_keep, strict=True)]
+            mask = [a or b for a, b in zip(keep, old_keep, strict=True)]
+        version = served_version(rs, turn)
+        rows.append(
+            Row(
+                session_id=rs.session_id,
+                prompt_ids=list(turn.prompt_token_ids),
+                completion_ids=list(turn.completion_token_ids),
+                behaviour_logprobs=list(turn.behaviour_logprobs),
+                mask=mask,
+                advantages=adv,
+                temperature=turn.sampling.temperature or 1.0,
+                processed=turn.logprobs_mode == LogprobsMode.PROCESSED,
+                version=version,
+                staleness=max(
+                    0, (version_number(parent) if parent else 0) - (version_number(version) if version else 0)
+                ),
+            )
+        )
+    return rows
+
+
+def has_signal(rows: list[Row]) -> bool:
+    return any(a != 0.0 and m for row in rows for a, m in zip(row.advantages, row.mask, strict=True))
+
+
+@dataclass(frozen=True)
+class Padded:
+    """Rows padded into tensors: prompts left-padded to P, completions right-padded to C."""
+
+    prompt_ids_B_P: torch.Tensor
+    prompt_mask_B_P: torch.Tensor
+    completion_ids_B_C: torch.Tensor
+    completion_mask_B_C: torch.Tensor  # real completion tokens
+    loss_mask_B_C: torch.Tensor  # action tokens that may carry loss
+    advantages_B_C: torch.Tensor
+    behaviour_logprobs_B_C: torch.Tensor
+    temperature_B: torch.Tensor
+    processed_B: torch.Tensor
+    versions: list[str | None] = field(default_factory=list)
+
+    @property
+    def action_tokens(self) -> int:
+        return int(self.loss_mask_B_C.sum())
+
+    @property
+    def tokens(self) -> int:
+        return int(self.prompt_mask_B_P.sum() + self.completion_mask_B_C.sum())
+
+
+def collate(rows: list[Row], pad_id: int = 0) -> Padded:
+    B = len(rows)
+    P = max(len(r.prompt_ids) for r in rows)
+    C = max(len(r.completion_ids) for r in rows)
+    prompt_ids_B_P = torch.full((B, P), pad_id, dtype=torch.long)
+    prompt_mask_B_P = torch.zeros((B, P), dtype=torch.long)
+    completion_ids_B_C = torch.full((B, C), pad_id, dtype=torch.long)
+    completion_mask_B_C = torch.zeros((B, C), dtype=torch.bool)
+    loss_mask_B_C = torch.zeros((B, C), dtype=torch.bool)
+    advantages_B_C = torch.zeros((B, C))
+    behaviour_B_C = torch.zeros((B, C))
+    for b, row in enumerate(rows):
+        p, c = len(row.prompt_ids), len(row.completion_ids)
+        prompt_ids_B_P[b, P - p :] = torch.tensor(row.prompt_ids)
+        prompt_mask_B_P[b, P - p :] = 1
+        completion_ids_B_C[b, :c] = torch.tensor(row.completion_ids)
+        completion_mask_B_C[b, :c] = True
+        loss_mask_B_C[b, :c] = torch.tensor(row.mask, dtype=torch.bool)
+        advantages_B_C[b, :c] = torch.tensor(row.advantages)
+        behaviour_B_C[b, :c] = torch.tensor(row.behaviour_logprobs)
+    return Padded(
+        prompt_ids_B_P=prompt_ids_B_P,
+        prompt_mask_B_P=prompt_mask_B_P,
+        completion_ids_B_C=completion_ids_B_C,
+        completion_mask_B_C=completion_mask_B_C,
+        loss_mask_B_C=loss_mask_B_C,
+        advantages_B_C=advantages_B_C,
+        behaviour_logprobs_B_C=behaviour_B_C,
+        temperature_B=torch.tensor([r.temperature for r in rows]),
+        processed_B=torch.tensor([r.processed for r in rows]),
+        versions=[r.version for r in rows],
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    parent: str | None  # the learner's latest published version
+    known_versions: frozenset[str]  # versions in the adapter store
+    max_staleness: int
+    max_row_tokens: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one record: ``trained``, ``amended``, ``no_signal`` or a skip reason."""
+
+    rewarded: RewardedSession
+    kind: str
+    advantage: Advantage | None = None
+    staleness: int | None = None
+
+    def trained(self) -> Trained | None:
+        if self.kind not in ("trained", "amended") or self.advantage is None:
+            return None
+        excluded = is_excluded(self.rewarded) is not None
+        return Trained(self.rewarded.revision, self.advantage, masked_spans(self.rewarded), excluded)
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[Row]
+    outcomes: list[Outcome]  # one per record, in input order
+    baselines: Baselines
+    train: bool  # the rows carry a signal: take an optimisation step
+
+
+def plan(
+    batch: list[RewardedSession],
+    trained: dict[str, Trained],
+    seen: set[tuple[str, int]],
+    baselines: Baselines,
+    limits: Limits,
+    params: AdvantageParams,
+    skip_uniform: bool = True,
+) -> Plan:
+    """Decide, for one micro-batch, what each record contributes and build the training rows."""
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    fresh: list[int] = []
+    amendments: list[tuple[int, Trained]] = []
+    for i, item in enumerate(admit(batch, trained, seen)):
+        rs = item.rewarded
+        reason = item.kind if item.kind not in ("fresh", "amendment") else None
+        if reason is None and item.kind == "fresh":
+            reason = is_excluded(rs)
+        if reason is None:
+            reason = check(
+                rs, limits.parent, set(limits.known_versions), limits.max_staleness, limits.max_row_tokens
+            )
+        if reason is not None:
+            outcomes[i] = Outcome(rs, reason)
+        elif item.kind == "fresh":
+            fresh.append(i)
+        else:
+            amendments.append((i, item.previous))
+
+    scored = [
+        Scored(batch[i].tenant, batch[i].session.task_id, task_family(batch[i].session), batch[i].reward)
+        for i in fresh
+    ]
+    advantages, baselines = score(scored, baselines, params)
+    rewards = {s.reward for s in scored}
+    uniform = skip_uniform and len(scored) >= 2 and len(rewards) == 1
+
+    rows: list[Row] = []
+    planned: list[tuple[int, str, Advantage]] = []
+    for i, adv in zip(fresh, advantages, strict=True):
+        session_rows = rows_of(batch[i], adv.value, limits.parent)
+        if not any(m for row in session_rows for m in row.mask):
+            outcomes[i] = Outcome(batch[i], "no_action_tokens")
+        elif uniform:
+            outcomes[i] = Outcome(batch[i], "no_signal", adv)
+        else:
+            rows += session_rows
+            planned.append((i, "trained", adv))
+    for i, previous in amendments:
+        rs = batch[i]
+        if is_excluded(rs):
+            adv = replace(previous.advantage, value=0.0)
+        else:
+            adv = amended(previous.advantage, rs.reward, params)
+        rows += rows_of(rs, adv.value, limits.parent, previous)
+        planned.append((i, "amended", adv))
+
+    train = has_signal(rows)
+    for i, kind, adv in planned:
+        outcomes[i] = Outcome(
+            batch[i], kind if train else "no_signal", adv, staleness(batch[i], limits.parent)
+        )
+    return Plan(rows if train else [], [o for o in outcomes if o is not None], baselines, train)

@@ -1,0 +1,148 @@
+"""Atomic checkpoints and the append-only ledger.
+
+    <state>/checkpoints/ckpt-00000012/adapter/        the trainable adapter (PEFT folder)
+                                     /optimizer.pt      AdamW state
+                                     /state.json        offsets, update count, baselines, ledger length, window
+    <state>/ledger.jsonl                                one line per consumed record and what became of it
+
+A checkpoint is written under a temporary name, flushed to disk and renamed
+into place, so a reader sees a whole checkpoint or none. The ledger is
+appended (and flushed) before the checkpoint that covers its lines; the
+checkpoint records the ledger's length, and a restart cuts the ledger back to
+that length, so lines of work that no checkpoint covers disappear with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CKPT_RE = re.compile(r"^ckpt-([0-9]{8})$")
+
+
+@dataclass
+class LearnerState:
+    checkpoint: int = 0
+    updates: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)  # partition → next offset to consume
+    ledger_bytes: int = 0
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    records: int = 0  # records consumed so far
+    window: dict[str, Any] = field(default_factory=dict)  # the current publishing window's run and sums
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LearnerState:
+        data = json.loads(text)
+        data["offsets"] = {int(p): int(o) for p, o in data["offsets"].items()}
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    state: LearnerState
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self.path / "adapter"
+
+    @property
+    def optimizer_path(self) -> Path:
+        return self.path / "optimizer.pt"
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), reverse=True):
+        _fsync(path)
+    _fsync(folder)
+
+
+def checkpoints_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "checkpoints"
+
+
+def latest(state_dir: Path) -> Checkpoint | None:
+    root = checkpoints_dir(state_dir)
+    if not root.exists():
+        return None
+    names = sorted(p.name for p in root.iterdir() if CKPT_RE.match(p.name))
+    if not names:
+        return None
+    path = root / names[-1]
+    return Checkpoint(path, LearnerState.from_json((path / "state.json").read_text()))
+
+
+def save(
+    state_dir: Path, state: LearnerState, save_adapter, optimizer: torch.optim.Optimizer, keep: int = 2
+) -> Checkpoint:
+    """Write checkpoint ``state.checkpoint`` atomically; ``save_adapter(folder)`` writes the adapter."""
+    root = checkpoints_dir(state_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f".partial-{state.checkpoint:08d}-{os.getpid()}"
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir()
+    save_adapter(partial / "adapter")
+    torch.save(optimizer.state_dict(), partial / "optimizer.pt")
+    (partial / "state.json").write_text(state.to_json())
+    _fsync_tree(partial)
+    target = root / f"ckpt-{state.checkpoint:08d}"
+    partial.rename(target)
+    _fsync(root)
+    for old in sorted(p for p in root.iterdir() if CKPT_RE.match(p.name))[:-keep]:
+        shutil.rmtree(old)
+    return Checkpoint(target, state)
+
+
+def clean_partials(state_dir: Path) -> int:
+    """Remove checkpoints that were being written when the learner died; returns how many."""
+    root = checkpoints_dir(state_dir)
+    leftovers = list(root.glob(".partial-*")) if root.exists() else []
+    for path in leftovers:
+        shutil.rmtree(path)
+    return len(leftovers)
+
+
+class Ledger:
+    """Append-only JSON lines, durable on return from :meth:`append`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch(exist_ok=True)
+
+    def truncate(self, size: int) -> None:
+        with self.path.open("r+b") as fh:
+            fh.truncate(size)
+            os.fsync(fh.fileno())
+
+    def append(self, entries: list[dict[str, Any]]) -> int:
+        """Append ``entries``; returns the ledger's new length in bytes."""
+        with self.path.open("ab") as fh:
+            for entry in entries:
+                fh.write(json.dumps(entry, sort_keys=True).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            return fh.tell()
+
+    def read(self) -> list[dict[str, Any]]:
+        with self.path.open("rb") as fh:
+            return [json.loads(line) for line in fh if line.strip()]

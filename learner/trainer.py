@@ -1,0 +1,212 @@
+"""The policy model (base + a trainable LoRA adapter), per-token logprobs and one optimisation step.
+
+One PEFT model holds the trainable adapter (``default``) and, frozen, the
+recent store versions that served sessions (named by version, an LRU of
+``adapter_cache_size``). π_train(v_old) and π_base come from one no-gradient
+mixed-adapter forward (PEFT ``adapter_names``; ``__base__`` is the adapter
+disabled); π_θ from a forward with gradient.
+
+Prompts are run without gradient and their KV cache is reused for the
+completion, so the gradient flows through the completion positions only (the
+logprob values are exact). Temperature: vLLM's ``processed`` logprobs are of
+the tempered distribution the tokens were drawn from, so π_train(v_old) is
+compared with them at that temperature; ``raw`` logprobs are compared at
+temperature 1. The ratio π_θ / π_train(v_old) and the KL anchor always use the
+sampling temperature: the policy being improved is the one that samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from learner.batching import Padded
+from learner.objective import ObjectiveParams, TokenTensors, objective
+from learner.settings import LearnerSettings
+from learner.store import AdapterStore
+
+BASE_ADAPTER = "__base__"
+POLICY_ADAPTER = "default"
+
+
+def load_policy(settings: LearnerSettings, adapter_dir: Path | None = None):
+    """The base model with the trainable adapter: fresh (identical to the base model) or from ``adapter_dir``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    if settings.model_dir is None:
+        raise ValueError("the learner needs the base model folder: set RATCHET_MODEL_DIR")
+    torch.manual_seed(settings.seed)
+    if settings.torch_threads > 0:
+        torch.set_num_threads(settings.torch_threads)
+    base = AutoModelForCausalLM.from_pretrained(settings.model_dir, dtype=torch.float32)
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(base, adapter_dir, adapter_name=POLICY_ADAPTER, is_trainable=True)
+    else:
+        config = LoraConfig(
+            r=settings.lora_rank,
+            lora_alpha=settings.lora_alpha,
+            target_modules=list(settings.lora_targets),
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(base, config, adapter_name=POLICY_ADAPTER)
+    model.eval()  # no dropout anywhere; mixed-adapter forwards need eval mode
+    return model
+
+
+def token_logprobs(
+    logits_B_C_V: torch.Tensor, ids_B_C: torch.Tensor, temperature_B: torch.Tensor
+) -> torch.Tensor:
+    """log softmax(logits / temperature) at ``ids``, [B, C]."""
+    scaled_B_C_V = logits_B_C_V / temperature_B[:, None, None]
+    picked_B_C = scaled_B_C_V.gather(-1, ids_B_C[..., None])[..., 0]
+    return picked_B_C - torch.logsumexp(scaled_B_C_V, dim=-1)
+
+
+def completion_logits(
+    model, batch: Padded, adapter_names: list[str] | None = None, grad: bool = False
+) -> torch.Tensor:
+    """Logits predicting each completion token, [B, C, V]; the prompt runs without gradient."""
+    prompt_ids_B_P, prompt_mask_B_P = batch.prompt_ids_B_P, batch.prompt_mask_B_P
+    completion_ids_B_C, completion_mask_B_C = batch.completion_ids_B_C, batch.completion_mask_B_C.long()
+    B, P = prompt_ids_B_P.shape
+    C = completion_ids_B_C.shape[1]
+    extra = {} if adapter_names is None else {"adapter_names": adapter_names}
+    head_mask_B_H = prompt_mask_B_P[:, :-1]
+    past = None
+    if P > 1:
+        with torch.no_grad():
+            past = model(
+                input_ids=prompt_ids_B_P[:, :-1],
+                attention_mask=head_mask_B_H,
+                position_ids=(head_mask_B_H.cumsum(1) - 1).clamp(min=0),
+                use_cache=True,
+                logits_to_keep=1,
+                **extra,
+            ).past_key_values
+    tail_ids_B_C = torch.cat([prompt_ids_B_P[:, -1:], completion_ids_B_C[:, :-1]], dim=1)
+    tail_mask_B_C = torch.cat([torch.ones(B, 1, dtype=torch.long), completion_mask_B_C[:, :-1]], dim=1)
+    position_B_C = prompt_mask_B_P.sum(1, keepdim=True) - 1 + torch.arange(C)[None, :]
+    with torch.set_grad_enabled(grad):
+        out = model(
+            input_ids=tail_ids_B_C,
+            attention_mask=torch.cat([head_mask_B_H, tail_mask_B_C], dim=1),
+            position_ids=position_B_C,
+            past_key_values=past,
+            use_cache=past is not None,
+            **extra,
+        )
+    return out.logits.float()
+
+
+class AdapterCache:
+    """Store versions loaded as frozen adapters of the policy model, least recently used evicted."""
+
+    def __init__(self, model, store: AdapterStore, size: int):
+        self.model, self.store, self.size = model, store, max(1, size)
+        self.loaded: OrderedDict[str, None] = OrderedDict()
+
+    def ensure(self, versions: set[str]) -> None:
+        for version in sorted(versions):
+            if version in self.loaded:
+                self.loaded.move_to_end(version)
+                continue
+            stored = self.store.verify(version)
+            self.model.load_adapter(stored.path, adapter_name=version, is_trainable=False)
+            self.loaded[version] = None
+        while len(self.loaded) > max(self.size, len(versions)):
+            victim = next(v for v in self.loaded if v not in versions)
+            self.model.delete_adapter(victim)
+            del self.loaded[victim]
+        self.model.set_adapter(POLICY_ADAPTER)
+
+
+class Trainer:
+    def __init__(self, model, store: AdapterStore, settings: LearnerSettings):
+        self.model = model
+        self.settings = settings
+        self.cache = AdapterCache(model, store, settings.adapter_cache_size)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay
+        )
+
+    def reference_logprobs(
+        self, batch: Padded, with_base: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """π_train(v_old) at the sampling temperature, π_train(v_old) matched to the behaviour
+        logprobs' mode, and π_base at the sampling temperature; each [B, C], no gradient."""
+        self.cache.ensure({v for v in batch.versions if v is not None})
+        B = len(batch.versions)
+        names = [v or BASE_ADAPTER for v in batch.versions]
+        rows = list(range(B))
+        base_rows: list[int] = []
+        if with_base:
+            base_rows = [b for b in range(B) if names[b] != BASE_ADAPTER]
+            rows += base_rows
+            names += [BASE_ADAPTER] * len(base_rows)
+        index_R = torch.tensor(rows)
+        stacked = Padded(
+            prompt_ids_B_P=batch.prompt_ids_B_P[index_R],
+            prompt_mask_B_P=batch.prompt_mask_B_P[index_R],
+            completion_ids_B_C=batch.completion_ids_B_C[index_R],
+            completion_mask_B_C=batch.completion_mask_B_C[index_R],
+            loss_mask_B_C=batch.loss_mask_B_C[index_R],
+            advantages_B_C=batch.advantages_B_C[index_R],
+            behaviour_logprobs_B_C=batch.behaviour_logprobs_B_C[index_R],
+            temperature_B=batch.temperature_B[index_R],
+            processed_B=batch.processed_B[index_R],
+        )
+        with torch.no_grad():
+            logits_R_C_V = completion_logits(self.model, stacked, adapter_names=names)
+            tempered_R_C = token_logprobs(logits_R_C_V, stacked.completion_ids_B_C, stacked.temperature_B)
+            old_B_C = tempered_R_C[:B]
+            matched_B_C = old_B_C
+            if not bool(batch.processed_B.all()):
+                raw_B_C = token_logprobs(logits_R_C_V[:B], batch.completion_ids_B_C, torch.ones(B))
+                matched_B_C = torch.where(batch.processed_B[:, None], old_B_C, raw_B_C)
+            base_B_C = old_B_C.clone()
+            if base_rows:
+                base_B_C[torch.tensor(base_rows)] = tempered_R_C[B:]
+        return old_B_C, matched_B_C, base_B_C
+
+    def policy_logprobs(self, batch: Padded, grad: bool = True) -> torch.Tensor:
+        logits_B_C_V = completion_logits(self.model, batch, grad=grad)
+        return token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
+
+    def step(self, batch: Padded, params: ObjectiveParams) -> dict[str, float]:
+        """One optimisation step on a micro-batch; returns the loss components and timings."""
+        start = time.perf_counter()
+        old_B_C, matched_B_C, base_B_C = self.reference_logprobs(batch, with_base=params.kl_coef > 0)
+        logprobs_B_C = self.policy_logprobs(batch)
+        if params.kl_coef <= 0:
+            base_B_C = logprobs_B_C.detach()
+        tokens = TokenTensors(
+            logprobs_B_T=logprobs_B_C,
+            old_logprobs_B_T=old_B_C,
+            old_matched_logprobs_B_T=matched_B_C,
+            behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
+            base_logprobs_B_T=base_B_C,
+            advantages_B_T=batch.advantages_B_C,
+            mask_B_T=batch.loss_mask_B_C,
+        )
+        loss, metrics = objective(tokens, params)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        seconds = time.perf_counter() - start
+        metrics.update(
+            grad_norm=float(grad_norm),
+            step_seconds=seconds,
+            tokens_per_s=batch.tokens / seconds,
+            action_tokens_per_s=batch.action_tokens / seconds,
+        )
+        return metrics
+
+    def save_adapter(self, folder: Path) -> None:
+        self.model.save_pretrained(folder, selected_adapters=[POLICY_ADAPTER])

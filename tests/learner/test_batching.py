@@ -1,0 +1,145 @@
+"""Sessions → rows: masks, skips with reasons, the staleness bound, amendments."""
+
+import pytest
+import torch
+
+from ingest.contract import AssistantTurn, ToolTurn
+from learner.advantages import Advantage, AdvantageParams, FamilyStats
+from learner.batching import Limits, Trained, admit, collate, plan, rows_of, staleness
+from tests.learner.conftest import rewarded
+
+PARAMS = AdvantageParams(min_count=1)
+
+
+def limits(parent=None, known=(), max_staleness=4, max_row_tokens=4096) -> Limits:
+    return Limits(parent, frozenset(known), max_staleness, max_row_tokens)
+
+
+def test_only_unflagged_assistant_tokens_carry_loss():
+    rs = rewarded("s1", 1.0, completion=[5, 6, 7, 8, 9], mask=(1, 3))
+    (row,) = rows_of(rs, advantage=0.5, parent=None)
+    assert row.mask == [True, False, False, True, True]
+    assert row.advantages == [0.5, 0.0, 0.0, 0.5, 0.5]
+    assert row.prompt_ids == [1, 9690, 198, 2683] and row.completion_ids == [5, 6, 7, 8, 9]
+
+
+def test_each_assistant_turn_is_a_row_with_the_version_that_served_it():
+    rs = rewarded("s1", 1.0, version="v2")
+    turns = list(rs.session.turns)
+    second = turns[1].model_copy(update={"turn_id": "a1", "adapter_version": "v3"})
+    tool = ToolTurn(turn_id="t0", name="calc", arguments="{}", output="4")
+    rs = rs.model_copy(update={"session": rs.session.model_copy(update={"turns": [*turns, tool, second]})})
+    rows = rows_of(rs, 1.0, parent="v5")
+    assert [r.version for r in rows] == ["v2", "v3"]
+    assert [r.staleness for r in rows] == [3, 2]
+    assert staleness(rs, "v5") == 3  # the oldest turn decides
+    assert isinstance(rs.session.turns[2], ToolTurn) and len(rows) == 2  # tool output never becomes a row
+
+
+def test_admission_deduplicates_and_recognises_amendments():
+    trained = {"s1": Trained(0, Advantage(1.0, 0.0, 1.0, "group"), ())}
+    seen = {("s1", 0), ("s9", 0)}
+    batch = [
+        rewarded("s1", 0.0, revision=0),  # already trained: duplicate
+        rewarded("s1", 0.0, revision=1),  # amendment of a trained session
+        rewarded("s2", 0.0, revision=0),  # replaced by revision 2 in the same batch
+        rewarded("s2", 1.0, revision=2),
+        rewarded("s2", 1.0, revision=2),  # redelivered within the batch
+        rewarded("s9", 1.0, revision=0),  # seen (skipped) before
+    ]
+    kinds = [a.kind for a in admit(batch, trained, seen)]
+    assert kinds == ["duplicate", "amendment", "superseded", "fresh", "duplicate", "duplicate"]
+
+
+def test_skips_are_counted_with_their_reason():
+    batch = [
+        rewarded("ok", 1.0, task_id="t", version="v3"),
+        rewarded("ok2", 0.0, task_id="t", version="v6"),
+        rewarded("excl", 1.0, excluded=True),
+        rewarded("hack", 1.0, hack_exclude=True),
+        rewarded("old", 1.0, version="v1"),
+        rewarded("gone", 1.0, version="v9"),
+        rewarded("long", 1.0, prompt=list(range(1, 60))),
+        rewarded("masked", 1.0, completion=[5, 6], mask=(0, 2), version="v6"),
+    ]
+    p = plan(
+        batch, {}, set(), {}, limits("v6", {"v1", "v3", "v6"}, max_staleness=4, max_row_tokens=50), PARAMS
+    )
+    kinds = {o.rewarded.session_id: o.kind for o in p.outcomes}
+    assert kinds == {
+        "ok": "trained",
+        "ok2": "trained",
+        "excl": "excluded",
+        "hack": "hack_excluded",
+        "old": "stale",  # v6 − v1 = 5 > 4
+        "gone": "unknown_version",
+        "long": "too_long",
+        "masked": "no_action_tokens",
+    }
+    assert p.train and len(p.rows) == 2
+
+
+def test_staleness_bound_is_inclusive_and_counts_the_base_model_as_version_zero():
+    batch = [rewarded("a", 1.0, task_id="t", version="v2"), rewarded("b", 0.0, task_id="t")]
+    baselines = {"acme/t": FamilyStats(count=5, mean=0.5, var=0.25)}
+    at_bound = plan(batch, {}, set(), baselines, limits("v4", {"v2", "v4"}, max_staleness=2), PARAMS)
+    assert [o.kind for o in at_bound.outcomes] == ["trained", "stale"]  # v2 is 2 behind; base is 4 behind
+    assert [o.staleness for o in at_bound.outcomes] == [2, None]
+
+
+def test_batches_without_signal_train_nothing():
+    equal = [rewarded(f"s{i}", 1.0, task_id=f"t{i}") for i in range(4)]
+    p = plan(equal, {}, set(), {}, limits(), PARAMS)
+    assert not p.train and p.rows == [] and {o.kind for o in p.outcomes} == {"no_signal"}
+    group_of_equals = [rewarded(f"g{i}", 0.5, task_id="same") for i in range(3)]
+    p = plan(group_of_equals, {}, set(), {}, limits(), PARAMS, skip_uniform=False)
+    assert not p.train  # every advantage is zero
+    mixed = plan([*equal[:2], rewarded("s9", 0.0, task_id="t0")], {}, set(), {}, limits(), PARAMS)
+    assert mixed.train
+
+
+def test_amendment_trains_the_difference_once():
+    trained_adv = Advantage(value=-1.0, baseline=0.5, scale=0.5, source="group")
+    previous = Trained(revision=0, advantage=trained_adv, masked=(("a0", 0, 1),))
+    revised = rewarded("s1", 1.0, revision=1, completion=[5, 6, 7, 8], mask=(3, 4))
+    p = plan([revised], {"s1": previous}, {("s1", 0)}, {}, limits(), PARAMS)
+    (outcome,) = p.outcomes
+    assert outcome.kind == "amended" and outcome.advantage.value == pytest.approx(1.0)  # (1 − 0.5) / 0.5
+    (row,) = p.rows
+    # token 0 was masked before and is kept now: +1; tokens 1, 2 kept in both: 1 − (−1); token 3 masked now: 0 − (−1)
+    assert row.advantages == pytest.approx([1.0, 2.0, 2.0, 1.0])
+    assert row.mask == [True, True, True, True]
+    assert outcome.trained().revision == 1 and outcome.trained().masked == (("a0", 3, 4),)
+
+    redelivered = plan([revised], {"s1": outcome.trained()}, {("s1", 0), ("s1", 1)}, {}, limits(), PARAMS)
+    assert [o.kind for o in redelivered.outcomes] == ["duplicate"] and not redelivered.train
+
+
+def test_an_excluded_amendment_undoes_the_update_and_a_stale_one_is_dropped():
+    previous = Trained(revision=0, advantage=Advantage(0.8, 0.2, 0.75, "running"), masked=())
+    undo = rewarded("s1", 0.0, revision=1, excluded=True)
+    p = plan([undo], {"s1": previous}, set(), {}, limits(), PARAMS)
+    assert p.outcomes[0].kind == "amended" and p.rows[0].advantages == pytest.approx([-0.8] * 4)
+    assert p.outcomes[0].trained().excluded
+    late = rewarded("s1", 0.0, revision=1, version="v1")
+    p = plan([late], {"s1": previous}, set(), {}, limits("v9", {"v1", "v9"}, max_staleness=4), PARAMS)
+    assert [o.kind for o in p.outcomes] == ["stale"] and not p.train
+
+
+def test_collate_pads_prompts_left_and_completions_right():
+    rows = rows_of(rewarded("a", 1.0, prompt=[1, 2], completion=[3]), 1.0, None)
+    rows += rows_of(rewarded("b", 1.0, prompt=[4, 5, 6], completion=[7, 8], temperature=0.7), -1.0, None)
+    batch = collate(rows, pad_id=0)
+    assert batch.prompt_ids_B_P.tolist() == [[0, 1, 2], [4, 5, 6]]
+    assert batch.prompt_mask_B_P.tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert batch.completion_ids_B_C.tolist() == [[3, 0], [7, 8]]
+    assert batch.loss_mask_B_C.tolist() == [[True, False], [True, True]]
+    assert batch.advantages_B_C.tolist() == [[1.0, 0.0], [-1.0, -1.0]]
+    assert torch.allclose(batch.temperature_B, torch.tensor([1.0, 0.7]))
+    assert batch.tokens == 8 and batch.action_tokens == 3
+
+
+def test_greedy_turns_use_temperature_one():
+    rs = rewarded("a", 1.0, temperature=0.0)
+    assert rows_of(rs, 1.0, None)[0].temperature == 1.0
+    assert isinstance(rs.session.turns[1], AssistantTurn)

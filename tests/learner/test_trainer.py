@@ -1,0 +1,185 @@
+"""The trainer on SmolLM2 (CPU): exact logprobs per adapter version, and real learning."""
+
+import dataclasses
+import uuid
+
+import pytest
+import torch
+
+from learner.batching import Limits, collate, plan, rows_of
+from learner.logprobs import completion_logprobs
+from learner.settings import LearnerSettings
+from learner.store import AdapterStore
+from learner.trainer import POLICY_ADAPTER, Trainer, load_policy
+from tests.learner.conftest import rewarded
+
+
+@pytest.fixture
+def settings(model_dir, single_thread) -> LearnerSettings:
+    return LearnerSettings(model_dir=model_dir, lora_rank=8, lora_alpha=16, lora_targets=("q_proj", "v_proj"))
+
+
+def perturb(model, scale: float, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_path):
+    model = load_policy(settings)
+    perturb(model, 0.02, seed=1)
+    store = AdapterStore(tmp_path / "store")
+    model.save_pretrained(tmp_path / "v1", selected_adapters=[POLICY_ADAPTER])
+    store.publish(tmp_path / "v1", "smollm2")
+    perturb(model, 0.02, seed=2)  # θ moves on from v1
+    trainer = Trainer(model, store, settings)
+
+    sessions = [
+        rewarded("a", 1.0, prompt=[1, 9690, 198, 2683, 359], completion=[504, 314, 28, 2], version="v1"),
+        rewarded("b", 1.0, prompt=[1], completion=[9690, 198, 17], temperature=0.7, logprobs_mode="raw"),
+        rewarded("c", 1.0, prompt=list(range(100, 109)), completion=[11, 12], temperature=1.3, version="v1"),
+    ]
+    rows = [r for s in sessions for r in rows_of(s, 1.0, "v1")]
+    batch = collate(rows)
+    old_B_C, matched_B_C, base_B_C = trainer.reference_logprobs(batch, with_base=True)
+    policy_B_C = trainer.policy_logprobs(batch, grad=False)
+
+    def expected(adapter: str | None, row, temperature: float) -> torch.Tensor:
+        with torch.no_grad():
+            if adapter is None:
+                with model.disable_adapter():
+                    return completion_logprobs(model, row.prompt_ids, row.completion_ids, temperature)
+            model.set_adapter(adapter)
+            try:
+                return completion_logprobs(model, row.prompt_ids, row.completion_ids, temperature)
+            finally:
+                model.set_adapter(POLICY_ADAPTER)
+
+    for b, row in enumerate(rows):
+        n = len(row.completion_ids)
+        old = expected(row.version, row, row.temperature)
+        assert torch.allclose(old_B_C[b, :n], old, atol=1e-4)
+        assert torch.allclose(base_B_C[b, :n], expected(None, row, row.temperature), atol=1e-4)
+        assert torch.allclose(policy_B_C[b, :n], expected(POLICY_ADAPTER, row, row.temperature), atol=1e-4)
+        matched = old if row.processed else expected(row.version, row, 1.0)
+        assert torch.allclose(matched_B_C[b, :n], matched, atol=1e-4)
+    assert not torch.allclose(old_B_C[0, :4], policy_B_C[0, :4], atol=1e-3)  # v1 and θ really differ
+    assert not torch.allclose(matched_B_C[1, :3], old_B_C[1, :3], atol=1e-3)  # raw vs tempered
+
+    v1_before = {n: p.detach().clone() for n, p in model.named_parameters() if ".v1." in n}
+    trainer.step(batch, settings.objective_params())
+    assert all(torch.equal(p, v1_before[n]) for n, p in model.named_parameters() if ".v1." in n)
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {
+        n for n, _ in model.named_parameters() if f".{POLICY_ADAPTER}." in n
+    }
+
+
+def test_rewarding_a_phrase_raises_its_probability(settings, tmp_path):
+    """Sessions rewarded 1 exactly when the completion says "welcome"; each round is served by the
+    version published after the previous update, as in production."""
+    from transformers import AutoTokenizer
+
+    settings = dataclasses.replace(settings, learning_rate=2e-3)
+    tokenizer = AutoTokenizer.from_pretrained(settings.model_dir)
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    chat = [{"role": "user", "content": "Thanks for the help!"}]
+    prompt = encode(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))
+    texts = [
+        "You're welcome!", "You're welcome, happy to help.", "Oh, you're welcome.", "You're welcome, anytime.",
+        "No problem!", "Happy to help.", "Anytime!", "Glad I could help.",
+    ]  # fmt: skip
+    completions = [encode(t) + [tokenizer.eos_token_id] for t in texts]
+    probe = rows_of(rewarded("probe", 1.0, prompt=prompt, completion=encode("You're welcome")), 1.0, None)
+
+    store = AdapterStore(tmp_path / "store")
+    trainer = Trainer(load_policy(settings), store, settings)
+
+    def phrase_logprob() -> float:
+        return trainer.policy_logprobs(collate(probe), grad=False)[0].sum().item()
+
+    def other_replies_logprob() -> float:
+        """Mean log p of the replies without the phrase."""
+        rows = [
+            r
+            for c in completions[4:]
+            for r in rows_of(rewarded("o", 0.0, prompt=prompt, completion=c), 0.0, None)
+        ]
+        batch = collate(rows)
+        return (trainer.policy_logprobs(batch, grad=False) * batch.completion_mask_B_C).sum(1).mean().item()
+
+    before, others_before = phrase_logprob(), other_replies_logprob()
+    version = None
+    for update in range(3):
+        served = [rewarded(f"x{i}", 0.0, prompt=prompt, completion=c) for i, c in enumerate(completions)]
+        behaviour_B_C = trainer.policy_logprobs(
+            collate([r for s in served for r in rows_of(s, 0.0, None)]), grad=False
+        )
+        sessions = [
+            rewarded(
+                f"u{update}-{i}",
+                1.0 if "welcome" in text else 0.0,
+                task_id=f"thanks-{update}",
+                prompt=prompt,
+                completion=c,
+                behaviour=behaviour_B_C[i, : len(c)].tolist(),
+                version=version,
+            )
+            for i, (text, c) in enumerate(zip(texts, completions, strict=True))
+        ]
+        batch = plan(
+            sessions,
+            {},
+            set(),
+            {},
+            Limits(version, frozenset(store.versions()), 4, 4096),
+            settings.advantage_params(),
+        )
+        assert batch.train
+        metrics = trainer.step(collate(batch.rows), settings.objective_params())
+        assert metrics["mismatch_masked_fraction"] == 0.0  # behaviour and π_train(v_old) agree
+        trainer.save_adapter(tmp_path / f"update-{update}")
+        version = store.publish(tmp_path / f"update-{update}", "smollm2", parent=version).version
+    after, others_after = phrase_logprob(), other_replies_logprob()
+    assert after - before >= 0.5, f"log p(phrase) went from {before:.3f} to {after:.3f}"
+    assert others_after - others_before <= -0.3, (
+        f"log p(other replies) went from {others_before:.3f} to {others_after:.3f}"
+    )
+
+
+def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(settings, tmp_path, vllm_url):
+    """Sample through a store version on the real vLLM at temperature 0.7: π_train(v_old) recomputed by
+    the trainer matches the behaviour logprobs, so no token is mismatch-masked."""
+    from serving.vllm_admin import VLLMClient
+
+    model = load_policy(settings)
+    perturb(model, 0.02, seed=4)
+    store = AdapterStore(tmp_path / "store")
+    model.save_pretrained(tmp_path / "v1", selected_adapters=[POLICY_ADAPTER])
+    v1 = store.publish(tmp_path / "v1", "smollm2")
+    perturb(model, 0.0, seed=5)  # θ is back at the base model: only the store version explains the samples
+    client = VLLMClient(vllm_url)
+    name = f"learner-test-{uuid.uuid4().hex[:8]}"
+    client.load_adapter(name, v1.path)
+    try:
+        prompt = [1, 9690, 198, 2683, 359, 260, 1345, 314, 28]
+        completion = client.complete(name, prompt, max_tokens=12, temperature=0.7)
+    finally:
+        client.unload_adapter(name)
+        client.close()
+    rs = rewarded(
+        "vllm",
+        1.0,
+        prompt=prompt,
+        completion=completion.token_ids,
+        behaviour=completion.logprobs,
+        version="v1",
+        temperature=0.7,
+    )
+    batch = collate(rows_of(rs, 1.0, "v1"))
+    _, matched_B_C, _ = Trainer(model, store, settings).reference_logprobs(batch, with_base=False)
+    gap = (matched_B_C[0] - torch.tensor(completion.logprobs)).abs().max().item()
+    assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
+    untempered = completion_logprobs(model, prompt, completion.token_ids, 1.0)  # θ = base here, at T = 1
+    assert (untempered - torch.tensor(completion.logprobs)).abs().max().item() > 1e-2
