@@ -73,14 +73,20 @@ class SessionJournal:
     def delete(self, session_id: str) -> None:
         self.path(session_id).unlink(missing_ok=True)
 
-    def session_ids(self) -> list[str]:
-        """Ids of every session with a journal."""
-        ids = []
+    def headers(self) -> list[dict]:
+        """The header of every session with a journal."""
+        headers = []
         for path in sorted(self.folder.glob("*.jsonl")):
             with path.open() as fh:
                 first = fh.readline()
             try:
-                ids.append(json.loads(first)["session_id"])
-            except (ValueError, KeyError):
+                header = json.loads(first)
+                header["session_id"]  # noqa: B018
+            except (ValueError, KeyError, TypeError):
                 continue  # a header torn by a crash: that session never got an answer
-        return ids
+            headers.append(header)
+        return headers
+
+    def session_ids(self) -> list[str]:
+        """Ids of every session with a journal."""
+        return [h["session_id"] for h in self.headers()]

@@ -15,6 +15,26 @@ session stays open so the client can end it again correctly. Sessions idle for
 validly is dead-lettered and removed). A restarted proxy resumes open sessions
 from the journal.
 
+Replicas: the routes file written by the serving controller (see
+``serving.routing``) names the replicas and the adapter versions each has
+loaded and verified; it is re-read whenever it is replaced. A request goes to
+the least busy healthy replica that serves its version. A replica that drops
+the connection, answers 5xx, or no longer knows the adapter is skipped for
+``replica_eject_s`` (or until new routes) and the request is retried on
+another replica of the same version, so a replica that dies mid-request costs
+no failed request while another one serves that version; with none, the answer
+is 503 naming the version. Each response names what served it:
+``X-Ratchet-Adapter-Version`` (``base`` for the base model),
+``X-Ratchet-Served-Model`` (vLLM's own ``model`` field), ``X-Ratchet-Replica``
+and ``X-Ratchet-Routes-Generation``.
+
+``GET /admin/state`` (bearer ``proxy_admin_token`` when set) reports the routes
+generation this proxy follows and, per version, the requests in flight and the
+open sessions pinned to it. The controller unloads a version only after every
+proxy follows a generation without it and reports none in flight: routing a
+request and counting it in flight happen under one lock, so a report of zero
+at that generation means no request can still reach the version.
+
 Streaming is refused with a 400 naming the reason: a session records each
 completion whole (token ids and logprobs), so ``stream`` must be false; so are
 ``n``/``best_of`` > 1, batched prompts and ``echo``.
@@ -22,6 +42,7 @@ completion whole (token ids and logprobs), so ``stream`` must be false; so are
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -49,14 +70,24 @@ from ingest.contract import ContractError, DeadLetter, Id, Session, SessionStatu
 from ingest.producer import BrokerUnavailable, Outgoing, RecordProducer
 from serving import capture
 from serving.journal import JournalError, SessionJournal
-from serving.routing import Route, RoutingTable, UnknownModel
+from serving.routing import Replica, Route, RoutingTable, UnknownModel
 from serving.settings import ProxySettings
 
 SESSION_HEADER = "X-Ratchet-Session"
 TENANT_HEADER = "X-Ratchet-Tenant"
 TASK_HEADER = "X-Ratchet-Task"
 ENDED_REMEMBERED = 100_000
+BASE = "base"  # the key of the base model in per-version counts
 _ID = TypeAdapter(Id)
+# Failures after which the same request may be sent to another replica: the replica never answered.
+RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
 
 
 class ProxyError(Exception):
@@ -174,16 +205,121 @@ class CaptureProxy:
         self.producer = producer
         self.routing = routing
         self.journal = SessionJournal(settings.journal_dir)
-        self.vllm = httpx.Client(base_url=settings.vllm_url.rstrip("/"), timeout=settings.vllm_timeout_s)
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._open: dict[str, OpenSession] = {}
         self._ended: OrderedDict[str, None] = OrderedDict()
         self.metrics.open_sessions.set_function(lambda: len(self._open))
+        # Routing state, under one lock so that routing a request and counting it in flight are atomic.
+        self._route_lock = threading.Lock()
+        self._clients: dict[str, httpx.Client] = {}
+        self._inflight = collections.Counter()  # version key -> requests in flight
+        self._replica_inflight = collections.Counter()  # replica url -> requests in flight
+        self._ejected: dict[tuple[str, str | None], float] = {}  # (url, version or None) -> until
+        self._ejected_generation = routing.generation
+        self._turn = 0
+        self._pinned = {h["session_id"]: h.get("adapter_version") for h in self.journal.headers()}
 
     def close(self) -> None:
-        self.vllm.close()
+        with self._route_lock:
+            clients = list(self._clients.values())
+        for client in clients:
+            client.close()
+
+    def _client(self, url: str) -> httpx.Client:
+        with self._route_lock:
+            client = self._clients.get(url)
+            if client is None:
+                client = self._clients[url] = httpx.Client(base_url=url, timeout=self.settings.vllm_timeout_s)
+            return client
+
+    # --- routing ------------------------------------------------------------------
+
+    def _admit(self, model: str, pinned: Route | None) -> tuple[Route, list[Replica], int]:
+        """Route a request and count it in flight; pair with :meth:`_release`."""
+        with self._route_lock:
+            self.routing.refresh()
+            try:
+                route = pinned or self.routing.resolve(model)
+            except UnknownModel as exc:
+                raise ProxyError(404, str(exc)) from None
+            generation = self.routing.generation
+            if generation != self._ejected_generation:  # new routes: the controller has looked again
+                self._ejected.clear()
+                self._ejected_generation = generation
+            candidates = self._order(self.routing.replicas_for(route), route.adapter_version)
+            if not candidates:
+                what = (
+                    f"adapter version {route.adapter_version}" if route.adapter_version else "the base model"
+                )
+                raise ProxyError(
+                    503,
+                    f"no healthy replica serves {what} of {model!r} right now"
+                    + (" (the version this session started on)" if pinned else "")
+                    + "; retry shortly",
+                )
+            self._inflight[_key(route.adapter_version)] += 1
+            return route, candidates, generation
+
+    def _release(self, route: Route) -> None:
+        with self._route_lock:
+            self._inflight[_key(route.adapter_version)] -= 1
+
+    def _order(self, replicas: list[Replica], version: str | None) -> list[Replica]:
+        """Replicas not recently failed, least busy first (rotating among equals); else all of them."""
+        now = time.monotonic()
+        fresh = [
+            r
+            for r in replicas
+            if self._ejected.get((r.url, None), 0) <= now and self._ejected.get((r.url, version), 0) <= now
+        ]
+        pool = fresh or replicas
+        self._turn += 1
+        rotated = pool[self._turn % len(pool) :] + pool[: self._turn % len(pool)] if pool else []
+        return sorted(rotated, key=lambda r: self._replica_inflight[r.url])
+
+    def _eject(self, url: str, version: str | None, reason: str) -> None:
+        with self._route_lock:
+            self._ejected[(url, version)] = time.monotonic() + self.settings.replica_eject_s
+        what = f" for {version}" if version else ""
+        print(
+            f"proxy: skipping replica {url}{what} for {self.settings.replica_eject_s:g}s: {reason}",
+            flush=True,
+        )
+
+    def admin_state(self) -> dict:
+        """The routes generation followed, and per version the requests in flight and pinned sessions."""
+        with self._route_lock:
+            self.routing.refresh()
+            routes = self.routing.routes()
+            inflight = {k: v for k, v in self._inflight.items() if v}
+            replica_inflight = dict(self._replica_inflight)
+            now = time.monotonic()
+            ejected = {
+                f"{u}{'#' + v if v else ''}": round(t - now, 3)
+                for (u, v), t in self._ejected.items()
+                if t > now
+            }
+        with self._lock:
+            sessions = collections.Counter(_key(v) for v in self._pinned.values())
+        return {
+            "generation": routes.generation,
+            "routes_file": str(self.routing.routes_file) if self.routing.routes_file else None,
+            "aliases": routes.aliases,
+            "inflight": inflight,
+            "open_sessions": dict(sessions),
+            "replicas": [
+                {
+                    "url": r.url,
+                    "healthy": r.healthy,
+                    "versions": None if r.versions is None else sorted(r.versions),
+                    "inflight": replica_inflight.get(r.url, 0),
+                }
+                for r in routes.replicas
+            ],
+            "ejected_s": ejected,
+        }
 
     # --- sessions ------------------------------------------------------------
 
@@ -209,6 +345,7 @@ class CaptureProxy:
         with self._lock:
             self._open.pop(sid, None)
             self._locks.pop(sid, None)
+            self._pinned.pop(sid, None)
             self._ended[sid] = None
             while len(self._ended) > ENDED_REMEMBERED:
                 self._ended.popitem(last=False)
@@ -237,12 +374,13 @@ class CaptureProxy:
                 raise ProxyError(
                     409, f"session {sid!r} started on model {session.model!r}, not {body['model']!r}"
                 )
+            route, candidates, generation = self._admit(
+                body["model"], session.route if session is not None else None
+            )
             try:
-                route = session.route if session is not None else self.routing.resolve(body["model"])
-            except UnknownModel as exc:
-                raise ProxyError(404, str(exc)) from None
-
-            status, data, latency_s = self._forward(kind, body, route)
+                status, data, latency_s, replica = self._forward(kind, body, route, candidates)
+            finally:
+                self._release(route)
             if status >= 400:
                 return status, data, {}
             try:
@@ -267,27 +405,68 @@ class CaptureProxy:
             session.apply(entry)
             with self._lock:
                 self._open[sid] = session
+                self._pinned[sid] = route.adapter_version
         for turn in turns:
             self.metrics.turns.labels(turn["role"]).inc()
         out_headers = {
             "X-Ratchet-Session": sid,
-            "X-Ratchet-Adapter-Version": route.adapter_version or "base",
+            "X-Ratchet-Adapter-Version": route.adapter_version or BASE,
+            "X-Ratchet-Served-Model": data["model"],
+            "X-Ratchet-Replica": replica,
+            "X-Ratchet-Routes-Generation": str(generation),
         }
         return 200, capture.client_view(data, body, kind), out_headers
 
-    def _forward(self, kind: str, body: dict, route: Route) -> tuple[int, dict, float]:
-        """vLLM's status, JSON answer and latency for the request on ``route``."""
+    def _forward(
+        self, kind: str, body: dict, route: Route, replicas: list[Replica]
+    ) -> tuple[int, dict, float, str]:
+        """vLLM's status, JSON answer, latency and replica for the request on ``route``.
+
+        Tries the replicas in order while one fails without answering (see ``RETRYABLE``), answers
+        5xx, or does not know the adapter; the last failure is what the client gets."""
         path = "/v1/chat/completions" if kind == capture.CHAT else "/v1/completions"
-        started = time.perf_counter()
-        try:
-            resp = self.vllm.post(path, json=capture.upstream_body(body, kind, route.model))
-        except httpx.HTTPError as exc:
-            raise ProxyError(502, f"vLLM at {self.settings.vllm_url} did not answer: {exc}") from None
-        latency_s = time.perf_counter() - started
-        self.metrics.latency.observe(latency_s)
-        if resp.status_code >= 400:
-            return resp.status_code, _json_or_error(resp), latency_s
-        return resp.status_code, resp.json(), latency_s
+        upstream = capture.upstream_body(body, kind, route.model)
+        failure: ProxyError | tuple[int, dict, float, str] | None = None
+        for replica in replicas:
+            with self._route_lock:
+                self._replica_inflight[replica.url] += 1
+            started = time.perf_counter()
+            try:
+                resp = self._client(replica.url).post(path, json=upstream)
+            except RETRYABLE as exc:
+                self._eject(replica.url, None, repr(exc))
+                failure = ProxyError(502, f"vLLM at {replica.url} did not answer: {exc!r}")
+                continue
+            except httpx.HTTPError as exc:
+                raise ProxyError(502, f"vLLM at {replica.url} did not answer: {exc!r}") from None
+            finally:
+                with self._route_lock:
+                    self._replica_inflight[replica.url] -= 1
+            latency_s = time.perf_counter() - started
+            self.metrics.latency.observe(latency_s)
+            if resp.status_code >= 400:
+                error = _json_or_error(resp)
+                if resp.status_code >= 500:
+                    self._eject(replica.url, None, f"answered {resp.status_code}")
+                    failure = (resp.status_code, error, latency_s, replica.url)
+                elif resp.status_code == 404 and route.adapter_version and "does not exist" in resp.text:
+                    self._eject(replica.url, route.adapter_version, f"does not know {route.model}")
+                    failure = ProxyError(
+                        503,
+                        f"no replica has adapter version {route.adapter_version} loaded now; retry shortly",
+                    )
+                else:
+                    return resp.status_code, error, latency_s, replica.url
+                continue
+            data = resp.json()
+            if data.get("model") != route.model:
+                raise ProxyError(
+                    502, f"vLLM at {replica.url} answered as {data.get('model')!r}, not {route.model!r}"
+                )
+            return resp.status_code, data, latency_s, replica.url
+        if isinstance(failure, ProxyError):
+            raise failure
+        return failure
 
     # --- ending ------------------------------------------------------------------
 
@@ -363,6 +542,10 @@ class CaptureProxy:
                     else:  # the broker is away: retried on the next sweep
                         print(f"proxy: could not close idle session {sid!r}: {exc.reason}", flush=True)
         return closed
+
+
+def _key(version: str | None) -> str:
+    return version or BASE
 
 
 def _header_id(headers: dict[str, str], name: str, required: bool = False) -> str | None:
@@ -468,6 +651,13 @@ def create_app(
     def routes() -> dict:
         table = proxy.routing
         return {alias: asdict(table.resolve(alias)) for alias in table.snapshot()}
+
+    @app.get("/admin/state")
+    def admin_state(request: Request) -> dict:
+        token = settings.proxy_admin_token
+        if token and request.headers.get("authorization") != f"Bearer {token}":
+            raise ProxyError(401, "GET /admin/state needs the proxy's admin bearer token")
+        return proxy.admin_state()
 
     @app.get("/health")
     def health() -> dict:

@@ -1,17 +1,28 @@
-"""Which vLLM model serves a requested model name.
+"""Which replica and which vLLM model serve a requested model name.
 
-An alias (``policy``) points at one adapter version, or at the base model. The
-table is static for now (from settings or a JSON file); the serving controller
-will call :meth:`RoutingTable.set` when it promotes or rolls back a version.
-Version ``vN`` is served on vLLM under the name ``<adapter_prefix>-vN``.
+An alias (``policy``) points at one adapter version, or at the base model.
+Version ``vN`` is served on vLLM under the name ``<adapter_prefix>-vN``. The
+serving controller publishes the routes as a JSON file that it replaces
+atomically (write, fsync, rename); every proxy re-reads it when it changes::
+
+    {"generation": 12,
+     "aliases": {"policy": "v3"},
+     "replicas": [{"url": "http://127.0.0.1:18000", "healthy": true, "versions": ["v2", "v3"]},
+                  {"url": "http://127.0.0.1:18001", "healthy": false, "versions": []}]}
+
+A replica serves the base model when healthy, and an adapter version only if
+the controller loaded and verified that version there. A plain
+``{"alias": "vN" or null}`` object (no replicas) routes every version to the
+replicas given by settings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from serving.settings import ProxySettings
@@ -23,30 +34,169 @@ class UnknownModel(LookupError):
     pass
 
 
+class RoutesFileError(ValueError):
+    pass
+
+
 @dataclass(frozen=True)
 class Route:
     model: str  # the model name on vLLM
     adapter_version: str | None  # None: the base model
 
 
+@dataclass(frozen=True)
+class Replica:
+    url: str
+    healthy: bool = True
+    versions: frozenset[str] | None = None  # verified adapter versions; None: untracked, serves any
+
+    def serves(self, version: str | None) -> bool:
+        return self.healthy and (version is None or self.versions is None or version in self.versions)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """One generation of the routing state."""
+
+    aliases: dict[str, str | None]
+    replicas: tuple[Replica, ...]
+    generation: int = 0
+    extra: dict = field(default_factory=dict)  # the controller's notes, carried unchanged
+
+    def to_json(self) -> dict:
+        replicas = [
+            {"url": r.url, "healthy": r.healthy, "versions": sorted(r.versions or (), key=_number)}
+            for r in self.replicas
+        ]
+        return {"generation": self.generation, "aliases": self.aliases, "replicas": replicas, **self.extra}
+
+    def same_routing(self, other: Routes) -> bool:
+        return (self.aliases, self.replicas) == (other.aliases, other.replicas)
+
+
+def _number(version: str) -> int:
+    return int(version[1:])
+
+
+def _check_version(version: str | None, where: str) -> None:
+    if version is not None and not (isinstance(version, str) and VERSION_RE.match(version)):
+        raise RoutesFileError(f"{where}: adapter version {version!r} must look like v7 (or null)")
+
+
+def parse_routes(data: object, default_replicas: tuple[Replica, ...], where: str = "routes") -> Routes:
+    """Routes from the JSON of a routes file (either format); raises RoutesFileError naming the fault."""
+    if not isinstance(data, dict):
+        raise RoutesFileError(f"{where}: expected a JSON object")
+    if "aliases" not in data:  # the plain alias map
+        for alias, version in data.items():
+            _check_version(version, f"{where}: alias {alias!r}")
+        return Routes(dict(data), default_replicas)
+    aliases = data["aliases"]
+    if not isinstance(aliases, dict):
+        raise RoutesFileError(f"{where}: 'aliases' must be an object of alias -> version or null")
+    for alias, version in aliases.items():
+        _check_version(version, f"{where}: alias {alias!r}")
+    replicas = []
+    for i, item in enumerate(data.get("replicas") or []):
+        if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+            raise RoutesFileError(f"{where}: replicas[{i}] needs a 'url'")
+        versions = item.get("versions") or []
+        for version in versions:
+            _check_version(version, f"{where}: replicas[{i}]")
+        replicas.append(
+            Replica(item["url"].rstrip("/"), bool(item.get("healthy", True)), frozenset(versions))
+        )
+    generation = data.get("generation", 0)
+    if not isinstance(generation, int):
+        raise RoutesFileError(f"{where}: 'generation' must be an integer")
+    extra = {k: v for k, v in data.items() if k not in ("generation", "aliases", "replicas")}
+    return Routes(dict(aliases), tuple(replicas) or default_replicas, generation, extra)
+
+
+def read_routes(path: Path, default_replicas: tuple[Replica, ...] = ()) -> Routes:
+    try:
+        data = json.loads(Path(path).read_text())
+    except ValueError as exc:
+        raise RoutesFileError(f"{path}: not JSON: {exc}") from None
+    return parse_routes(data, default_replicas, str(path))
+
+
+def write_routes(path: Path, routes: Routes) -> None:
+    """Replace the routes file atomically: readers see the old or the new file, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with tmp.open("w") as fh:
+        fh.write(json.dumps(routes.to_json(), indent=2) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class RoutingTable:
-    def __init__(self, base_model: str, aliases: dict[str, str | None], adapter_prefix: str = "policy"):
+    """The routes a proxy follows: static, or the controller's routes file re-read when replaced."""
+
+    def __init__(
+        self,
+        base_model: str,
+        aliases: dict[str, str | None],
+        adapter_prefix: str = "policy",
+        replicas: tuple[Replica, ...] = (),
+        routes_file: Path | None = None,
+    ):
         self.base_model = base_model
         self.adapter_prefix = adapter_prefix
+        self.routes_file = routes_file
         self._lock = threading.Lock()
-        self._aliases: dict[str, str | None] = {}
+        self._default_replicas = tuple(replicas)
+        self._routes = Routes({}, self._default_replicas)
+        self._stamp: tuple | None = None
         for alias, version in aliases.items():
             self.set(alias, version)
+        self.refresh()
 
     @classmethod
     def from_settings(cls, settings: ProxySettings) -> RoutingTable:
-        aliases = {settings.policy_alias: settings.policy_version}
-        if settings.routing_file is not None:
-            aliases = load_routing_file(settings.routing_file)
-        return cls(settings.base_model, aliases, settings.adapter_prefix)
+        return cls(
+            settings.base_model,
+            {settings.policy_alias: settings.policy_version},
+            settings.adapter_prefix,
+            replicas=(Replica(settings.vllm_url.rstrip("/")),),
+            routes_file=settings.routes_path,
+        )
 
     def adapter_name(self, version: str) -> str:
         return f"{self.adapter_prefix}-{version}"
+
+    def refresh(self) -> bool:
+        """Re-read the routes file if it was replaced since the last read; True if the routes changed.
+
+        An unreadable file leaves the last good routes in place (the controller replaces the file
+        atomically, so that takes a hand-edited file)."""
+        if self.routes_file is None:
+            return False
+        try:
+            st = os.stat(self.routes_file)
+        except FileNotFoundError:
+            return False
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if stamp == self._stamp:
+                return False
+            self._stamp = stamp
+        try:
+            routes = read_routes(self.routes_file, self._default_replicas)
+        except (RoutesFileError, OSError) as exc:
+            print(f"proxy: keeping the current routes; {exc}", flush=True)
+            return False
+        with self._lock:
+            self._routes = routes
+        return True
 
     def set(self, alias: str, version: str | None) -> None:
         """Point ``alias`` at adapter ``version`` (``None``: the base model)."""
@@ -55,31 +205,40 @@ class RoutingTable:
         if alias == self.base_model:
             raise ValueError(f"alias {alias!r} is the base model's name")
         with self._lock:
-            self._aliases[alias] = version
+            self._routes = replace(self._routes, aliases={**self._routes.aliases, alias: version})
+
+    def routes(self) -> Routes:
+        with self._lock:
+            return self._routes
+
+    @property
+    def generation(self) -> int:
+        return self.routes().generation
 
     def snapshot(self) -> dict[str, str | None]:
-        with self._lock:
-            return dict(self._aliases)
+        return dict(self.routes().aliases)
 
     def resolve(self, model: str) -> Route:
         """The route for a requested model: an alias, the base model, or an adapter by its vLLM name."""
-        with self._lock:
-            if model in self._aliases:
-                version = self._aliases[model]
-                return Route(self.adapter_name(version), version) if version else Route(self.base_model, None)
+        aliases = self.routes().aliases
+        if model in aliases:
+            version = aliases[model]
+            return Route(self.adapter_name(version), version) if version else Route(self.base_model, None)
         if model == self.base_model:
             return Route(model, None)
         prefix, _, version = model.rpartition("-")
         if prefix == self.adapter_prefix and VERSION_RE.match(version):
             return Route(model, version)
-        known = sorted([*self.snapshot(), self.base_model])
+        known = sorted([*aliases, self.base_model])
         raise UnknownModel(
             f"model {model!r} is not served here; ask for one of {known} or {self.adapter_prefix}-vN"
         )
 
+    def replicas_for(self, route: Route) -> list[Replica]:
+        """The replicas that serve ``route`` now: healthy, and holding its verified adapter version."""
+        return [r for r in self.routes().replicas if r.serves(route.adapter_version)]
+
 
 def load_routing_file(path: Path) -> dict[str, str | None]:
-    data = json.loads(Path(path).read_text())
-    if not isinstance(data, dict) or not all(isinstance(v, str | None) for v in data.values()):
-        raise ValueError(f"{path}: expected a JSON object of alias -> adapter version (or null)")
-    return data
+    """The aliases of a routes file."""
+    return read_routes(path).aliases

@@ -1,4 +1,11 @@
-"""Settings of the capture proxy, read with ``ingest.config.load(ProxySettings, "proxy")``."""
+"""Settings of the capture proxy and the serving controller.
+
+Read with ``ingest.config.load(ProxySettings, "proxy")`` and
+``ingest.config.load(ControllerSettings, "serving")``. Fields the two share
+(``routing_file``, ``base_model``, ``policy_alias``, ``adapter_prefix``,
+``proxy_admin_token``, ``state_dir``) read the same ``RATCHET_*`` variable, so
+one environment configures both processes consistently.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ def _default_state_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class ProxySettings:
-    vllm_url: str = "http://127.0.0.1:18000"
+    vllm_url: str = "http://127.0.0.1:18000"  # the replica used while no routes file names replicas
     kafka_bootstrap: str = "127.0.0.1:19092"
     proxy_host: str = "127.0.0.1"
     proxy_port: int = 18200
@@ -21,7 +28,14 @@ class ProxySettings:
     policy_alias: str = "policy"  # the model name clients ask for to get the current policy
     policy_version: str | None = None  # adapter version the alias routes to; None: the base model
     adapter_prefix: str = "policy"  # version vN is served on vLLM as "<adapter_prefix>-vN"
-    routing_file: Path | None = None  # JSON {"alias": "vN" or null, ...}; overrides policy_version
+    # The routes file the serving controller writes (aliases, replicas and the versions each serves),
+    # default <state_dir>/serving/routes.json; re-read whenever it is replaced. Until it exists, the
+    # alias routes to policy_version on vllm_url. A plain {"alias": "vN" or null} object also works.
+    routing_file: Path | None = None
+    replica_eject_s: float = (
+        10.0  # a replica that failed a request is skipped this long (or until new routes)
+    )
+    proxy_admin_token: str | None = None  # bearer token for GET /admin/state; None: open (127.0.0.1 only)
     default_tenant: str = "default"  # when neither X-Ratchet-Tenant nor the end request names one
     session_idle_timeout_s: float = 1800.0  # an open session idle this long is closed as "timeout"
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
@@ -29,6 +43,44 @@ class ProxySettings:
     delivery_timeout_s: float = 10.0
 
     @property
+    def routes_path(self) -> Path:
+        return self.routing_file or self.state_dir / "serving" / "routes.json"
+
+    @property
     def journal_dir(self) -> Path:
         """One append-only JSONL file per open session."""
         return self.state_dir / "proxy" / "journal"
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+    vllm_urls: tuple[str, ...] = ("http://127.0.0.1:18000",)  # every replica the controller manages
+    proxy_urls: tuple[str, ...] = ("http://127.0.0.1:18200",)  # every capture proxy reading the routes
+    proxy_admin_token: str | None = None
+    adapter_store_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir() / "adapters")
+    model_dir: Path | None = None  # the base model's HF folder, for the probe's expected logprobs
+    mlflow_url: str = "http://127.0.0.1:15000"
+    registered_model: str = "ratchet-policy"
+    champion_alias: str = "champion"
+    base_model: str = "smollm2-135m-instruct"
+    policy_alias: str = "policy"
+    adapter_prefix: str = "policy"
+    routing_file: Path | None = None  # default: <state_dir>/serving/routes.json
+    state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
+    retention: int = 2  # the champion and the previous champion(s) stay loaded, for rollback
+    max_loaded_versions: int = 4  # at most this many versions stay loaded for open sessions
+    reconcile_interval_s: float = 2.0
+    probe_tolerance: float = 1e-2  # max |logprob difference| (nats) between a replica and PEFT
+    probe_tokens: int = 4
+    retry_failed_s: float = 10.0  # a version that failed to load or verify on a replica is retried after this
+    replica_timeout_s: float = 60.0  # admin calls and probe requests to a replica
+    controller_metrics_port: int = 18300  # Prometheus /metrics of `ratchet serving run`; 0: off
+
+    @property
+    def routes_path(self) -> Path:
+        return self.routing_file or self.state_dir / "serving" / "routes.json"
+
+    @property
+    def serving_dir(self) -> Path:
+        """The controller's own state: champion history, status, the routes log."""
+        return self.state_dir / "serving"

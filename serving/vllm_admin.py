@@ -46,8 +46,8 @@ class VLLMClient:
         except httpx.HTTPError:
             return False
 
-    def models(self) -> list[str]:
-        resp = self.http.get("/v1/models")
+    def models(self, timeout_s: float | None = None) -> list[str]:
+        resp = self.http.get("/v1/models", **({"timeout": timeout_s} if timeout_s else {}))
         resp.raise_for_status()
         return [m["id"] for m in resp.json()["data"]]
 

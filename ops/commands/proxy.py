@@ -15,10 +15,15 @@ def run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("proxy_host", args.host), ("proxy_port", args.port)) if v is not None}
     settings = load(ProxySettings, "proxy", **overrides)
     app = create_app(settings)
-    routes = app.state.proxy.routing.snapshot()
+    routes = app.state.proxy.routing.routes()
+    following = (
+        f"routes file {settings.routes_path} (generation {routes.generation})"
+        if settings.routes_path.exists()
+        else f"vLLM {settings.vllm_url} until {settings.routes_path} exists"
+    )
     print(
-        f"capture proxy on http://{settings.proxy_host}:{settings.proxy_port}/v1 -> vLLM {settings.vllm_url}; "
-        f"routes {routes}; journal {settings.journal_dir}",
+        f"capture proxy on http://{settings.proxy_host}:{settings.proxy_port}/v1 -> {following}; "
+        f"aliases {routes.aliases}; journal {settings.journal_dir}",
         flush=True,
     )
     uvicorn.run(app, host=settings.proxy_host, port=settings.proxy_port, log_level=args.log_level)
@@ -31,9 +36,12 @@ def register(sub) -> None:
         help="the OpenAI-compatible capture proxy in front of vLLM",
         description="Serve /v1/chat/completions and /v1/completions in front of vLLM, recording each "
         "request carrying an X-Ratchet-Session header as a turn of that session; "
-        "POST /v1/sessions/{id}/end produces the session to sessions.v1. Settings: RATCHET_VLLM_URL, "
-        "RATCHET_KAFKA_BOOTSTRAP, RATCHET_PROXY_HOST/PORT, RATCHET_POLICY_ALIAS, RATCHET_POLICY_VERSION, "
-        "RATCHET_ROUTING_FILE, RATCHET_SESSION_IDLE_TIMEOUT_S, RATCHET_STATE_DIR (journal).",
+        "POST /v1/sessions/{id}/end produces the session to sessions.v1. Replicas and the version each "
+        "serves come from the routes file the serving controller writes (RATCHET_ROUTING_FILE, default "
+        "$RATCHET_STATE_DIR/serving/routes.json), re-read when replaced; until it exists, RATCHET_VLLM_URL "
+        "and RATCHET_POLICY_VERSION. GET /admin/state reports in-flight requests per version "
+        "(RATCHET_PROXY_ADMIN_TOKEN). Other settings: RATCHET_KAFKA_BOOTSTRAP, RATCHET_PROXY_HOST/PORT, "
+        "RATCHET_POLICY_ALIAS, RATCHET_SESSION_IDLE_TIMEOUT_S, RATCHET_STATE_DIR (journal).",
     )
     actions = proxy.add_subparsers(dest="action", required=True, metavar="ACTION")
     serve = actions.add_parser("serve", help="run the proxy in the foreground (Ctrl-C stops it)")

@@ -243,3 +243,44 @@ def test_bad_requests_get_clear_errors_and_record_nothing(proxy_settings):
         assert broken.status_code == 400 and "JSON object" in broken.text
         assert "ratchet_proxy_requests_total" in client.get("/metrics").text
     assert list(proxy_settings.journal_dir.iterdir()) == []
+
+
+def test_requests_go_only_to_replicas_serving_their_version_and_survive_a_dead_one(
+    proxy_settings, vllm_url, tmp_path
+):
+    from serving.routing import Replica, Routes, write_routes
+    from tests.conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: a replica that died
+    routes_file = tmp_path / "routes.json"
+    settings = dataclasses.replace(
+        proxy_settings, routing_file=routes_file, replica_eject_s=60, proxy_admin_token="s3cret"
+    )
+    admin = {"Authorization": "Bearer s3cret"}
+    replicas = (Replica(dead, True, frozenset()), Replica(vllm_url, True, frozenset()))
+    write_routes(routes_file, Routes({"policy": None}, replicas, generation=3))
+    messages = [{"role": "user", "content": "Hi"}]
+    with serving(create_app(settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+        answers = [chat(client, new_id(), messages, max_tokens=2) for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert {a.headers["X-Ratchet-Replica"] for a in answers} == {vllm_url}
+        assert {a.headers["X-Ratchet-Routes-Generation"] for a in answers} == {"3"}
+        assert client.get("/admin/state").status_code == 401
+        state = ok(client.get("/admin/state", headers=admin))
+        assert state["generation"] == 3 and state["inflight"] == {} and state["open_sessions"] == {"base": 3}
+        assert dead in state["ejected_s"]
+
+        # The alias moves to v1, which only the dead replica claims: never sent to a replica without it.
+        pinned = answers[0].headers["X-Ratchet-Session"]
+        only_dead = Routes({"policy": "v1"}, (Replica(dead, True, frozenset({"v1"})), replicas[1]), 4)
+        write_routes(routes_file, only_dead)
+        failed = chat(client, new_id(), messages, max_tokens=2)
+        assert failed.status_code == 502 and f"vLLM at {dead} did not answer" in failed.text
+        write_routes(routes_file, dataclasses.replace(only_dead, generation=5, replicas=(
+            Replica(dead, False, frozenset({"v1"})), replicas[1])))  # fmt: skip
+        refused = chat(client, new_id(), messages, max_tokens=2)
+        assert refused.status_code == 503
+        assert "no healthy replica serves adapter version v1" in refused.json()["error"]["message"]
+        again = chat(client, pinned, messages, max_tokens=2)  # a session begun on the base model stays there
+        assert again.status_code == 200 and again.headers["X-Ratchet-Adapter-Version"] == "base"
+        assert ok(client.get("/admin/state", headers=admin))["generation"] == 5

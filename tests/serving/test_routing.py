@@ -5,7 +5,17 @@ import threading
 
 import pytest
 
-from serving.routing import Route, RoutingTable, UnknownModel
+from serving.routing import (
+    Replica,
+    Route,
+    Routes,
+    RoutesFileError,
+    RoutingTable,
+    UnknownModel,
+    parse_routes,
+    read_routes,
+    write_routes,
+)
 from serving.settings import ProxySettings
 
 
@@ -39,7 +49,7 @@ def test_set_moves_an_alias_and_refuses_bad_versions():
 
 def test_table_from_settings_and_from_a_routing_file(tmp_path):
     table = RoutingTable.from_settings(
-        ProxySettings(base_model="b", policy_alias="prod", policy_version="v2")
+        ProxySettings(base_model="b", policy_alias="prod", policy_version="v2", state_dir=tmp_path)
     )
     assert table.snapshot() == {"prod": "v2"} and table.resolve("prod") == Route("policy-v2", "v2")
     path = tmp_path / "routes.json"
@@ -48,3 +58,38 @@ def test_table_from_settings_and_from_a_routing_file(tmp_path):
         ProxySettings(base_model="b", routing_file=path, adapter_prefix="acme")
     )
     assert table.resolve("policy") == Route("acme-v4", "v4") and table.resolve("shadow") == Route("b", None)
+
+
+def test_the_controllers_routes_file_is_followed_when_replaced(tmp_path):
+    path = tmp_path / "serving" / "routes.json"
+    settings = ProxySettings(base_model="b", vllm_url="http://static:1/", state_dir=tmp_path)
+    table = RoutingTable.from_settings(settings)
+    assert table.generation == 0 and table.replicas_for(Route("policy-v3", "v3")) == [
+        Replica("http://static:1")
+    ]
+
+    a = Replica("http://a", True, frozenset({"v2", "v3"}))
+    b = Replica("http://b", True, frozenset({"v2"}))
+    down = Replica("http://c", False, frozenset())
+    write_routes(path, Routes({"policy": "v3"}, (a, b, down), generation=4))
+    assert read_routes(path) == Routes({"policy": "v3"}, (a, b, down), 4)
+    assert table.refresh() and not table.refresh()  # re-read once per replacement
+    assert table.generation == 4 and table.resolve("policy") == Route("policy-v3", "v3")
+    assert table.replicas_for(table.resolve("policy")) == [a]
+    assert table.replicas_for(Route("policy-v2", "v2")) == [a, b]
+    assert table.replicas_for(Route("b", None)) == [a, b]  # the base model: every healthy replica
+    assert table.replicas_for(Route("policy-v1", "v1")) == []
+
+    path.write_text("{broken")  # a bad edit keeps the last good routes
+    assert not table.refresh() and table.generation == 4
+    write_routes(path, Routes({"policy": "v2"}, (b,), generation=5))
+    assert table.refresh() and table.resolve("policy") == Route("policy-v2", "v2")
+
+
+def test_routes_files_with_faults_are_refused_with_the_reason():
+    with pytest.raises(RoutesFileError, match="replicas\\[0\\].*must look like v7"):
+        parse_routes({"aliases": {"policy": "v1"}, "replicas": [{"url": "u", "versions": ["../x"]}]}, ())
+    with pytest.raises(RoutesFileError, match="needs a 'url'"):
+        parse_routes({"aliases": {}, "replicas": [{"versions": []}]}, ())
+    with pytest.raises(RoutesFileError, match="alias 'policy'"):
+        parse_routes({"policy": "latest"}, ())

@@ -1,0 +1,126 @@
+"""What the controller should do, as pure functions of what it observed.
+
+- ``retained``: the last ``retention`` versions the alias was routed to (the served champion and
+  the one before it) stay loaded, so a rollback is only a route flip.
+- ``keep_versions``: the desired version, those, and versions that open sessions or in-flight
+  requests still use (newest first, up to ``max_loaded_versions``).
+- ``choose_alias``: the alias moves to the desired version only once a replica serves it,
+  verified; until then it stays where it is.
+- ``build_routes``: a replica serves a version only when it is healthy, has it loaded and
+  verified, and the version is kept.
+- ``unloadable``: a loaded version that is not kept is unloaded only once every proxy follows the
+  current routes (which no longer list it) and reports no request in flight on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from serving.replicas import Observation
+from serving.routing import Replica, Routes
+
+BASE = "base"  # the base model's key in the proxies' per-version counts
+
+
+@dataclass(frozen=True)
+class ProxyReport:
+    url: str
+    generation: int
+    inflight: dict[str, int]
+    open_sessions: dict[str, int]
+
+    @classmethod
+    def from_state(cls, url: str, state: dict) -> ProxyReport:
+        return cls(url, int(state["generation"]), dict(state["inflight"]), dict(state["open_sessions"]))
+
+
+def number(version: str) -> int:
+    return int(version[1:])
+
+
+def newest_first(versions) -> list[str]:
+    return sorted(set(versions), key=number, reverse=True)
+
+
+def note_served(history: list[str | None], routed: str | None, limit: int = 100) -> list[str | None]:
+    """The history of versions the alias was routed to, with ``routed`` appended if it moved."""
+    if history and history[-1] == routed:
+        return history
+    return [*history, routed][-limit:]
+
+
+def retained(history: list[str | None], retention: int) -> list[str]:
+    """The last ``retention`` distinct adapter versions the alias was routed to, the current one first."""
+    out: list[str] = []
+    for version in reversed(history):
+        if len(out) >= retention:
+            break
+        if version is not None and version not in out:
+            out.append(version)
+    return out
+
+
+def keep_versions(
+    desired: str | None,
+    retain: list[str],
+    reports: list[ProxyReport | None],
+    loaded: set[str],
+    max_loaded: int,
+) -> list[str]:
+    """Versions to keep loaded, in the order to load them. A proxy that did not report (None) may
+    still be using anything: then every loaded version is kept."""
+    keep = [desired] if desired is not None else []
+    keep += [v for v in retain if v != desired]
+    if any(r is None for r in reports):
+        return keep + [v for v in newest_first(loaded) if v not in keep]
+    held = {
+        v for r in reports for counts in (r.inflight, r.open_sessions) for v, n in counts.items() if n > 0
+    }
+    held.discard(BASE)
+    room = max(0, max_loaded - len(keep))
+    return keep + [v for v in newest_first(held) if v not in keep][:room]
+
+
+def choose_alias(desired: str | None, current: str | None, serving: dict[str, set[str]]) -> str | None:
+    """Where the alias points: the desired version once a replica serves it verified, else unchanged."""
+    if desired is None or any(desired in versions for versions in serving.values()):
+        return desired
+    return current
+
+
+def build_routes(
+    alias: str,
+    version: str | None,
+    observations: list[Observation],
+    verified: dict[str, set[str]],
+    keep: list[str],
+    generation: int,
+) -> Routes:
+    replicas = tuple(
+        Replica(
+            o.url,
+            o.healthy,
+            frozenset(verified.get(o.url, set()) & o.loaded & set(keep)) if o.healthy else frozenset(),
+        )
+        for o in observations
+    )
+    return Routes({alias: version}, replicas, generation)
+
+
+def unloadable(
+    observations: list[Observation],
+    keep: list[str],
+    reports: list[ProxyReport | None],
+    generation: int,
+) -> list[tuple[str, str]]:
+    """(replica url, version) pairs that may be unloaded now."""
+    if any(r is None or r.generation != generation for r in reports):
+        return []  # a proxy may still route to a version the current routes dropped
+    busy = {v for r in reports for v, n in r.inflight.items() if n > 0}
+    return [
+        (o.url, v)
+        for o in observations
+        if o.healthy
+        for v in newest_first(o.loaded)
+        if v not in keep and v not in busy
+    ]
