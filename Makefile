@@ -4,6 +4,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 ENV := . .ratchet/env &&
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: demo test lint setup schemas clean help
 
@@ -16,7 +17,7 @@ setup:
 	@ops/setup.sh
 
 demo: setup
-	@$(ENV) ratchet stack up && ratchet stack status
+	@$(ENV) ratchet demo $(DEMO_ARGS)
 
 test: setup
 	@$(ENV) python -m pytest $(PYTEST_ARGS)

@@ -24,6 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:  # its options are its own (argparse cannot pass them through)
+        from ops.demo import main as demo
+
+        return demo(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

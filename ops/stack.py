@@ -371,6 +371,8 @@ class Stack:
 
     def _spawn(self, comp: Component) -> psutil.Process:
         env = {**os.environ, **QUIET_ENV, **comp.env}
+        # Children run this checkout's code, whatever checkout the shared venv was installed from.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         log = self.log_path(comp.name).open("ab")
         log.write(
             f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(map(str, comp.argv))}\n".encode()

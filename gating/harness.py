@@ -1,0 +1,260 @@
+"""Runs a policy (base, champion or candidate) on a suite through the real vLLM server.
+
+Tasks run concurrently (``concurrency`` requests in flight; ``samples`` completions
+per request through ``n``). Tasks that share a prompt prefix (system message and
+one-shot example) are started one per prefix first, so vLLM's prefix cache holds
+the prefix before the rest arrive: with a LoRA adapter, prefill is the costly
+part on a CPU. A task that runs past its suite's ``time_limit_s`` fails with
+that reason; vLLM being unreachable or refusing a request stops the run (an
+infrastructure fault is never scored as the policy's failure).
+
+No per-request seed is sent (it crashes vLLM's CPU engine under concurrency):
+sampling varies between runs, which is why the decision rule pairs tasks and
+bounds its estimates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tqdm import tqdm
+
+from gating.suites import Suite
+from gating.tasks import Task
+from gating.verifiers import verify
+
+
+class HarnessError(RuntimeError):
+    """vLLM could not run the suite (unreachable, or refused a request)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    label: str  # "base" or an adapter version ("v7")
+    model: str  # the name vLLM serves it under
+    content_hash: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Names cached results: the base model, or a version *and* its content hash."""
+        return (
+            "base" if self.content_hash is None else f"{self.label}-{self.content_hash.split(':')[-1][:16]}"
+        )
+
+
+@dataclass
+class TaskResult:
+    task_id: str
+    passed: list[bool]
+    details: list[dict[str, Any]]
+    texts: list[str]
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskResult:
+        return cls(**data)
+
+
+@dataclass
+class DriftSample:
+    """A completion the candidate sampled for one reference prompt, with vLLM's per-token log-probs."""
+
+    task_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: dict[str, list[float]] = field(default_factory=dict)  # policy key -> per-token log-probs
+
+
+def _prompt_prefix(task: Task) -> str:
+    return json.dumps(task.messages[:-1])
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (a write cut short) is ignored."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class Harness:
+    def __init__(
+        self,
+        vllm_url: str,
+        base_model: str,
+        results_dir: Path,
+        concurrency: int = 16,
+        progress: bool = False,
+    ):
+        self.http = httpx.Client(base_url=vllm_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=10.0))
+        self.base_model = base_model
+        self.results_dir = Path(results_dir)
+        self.concurrency = concurrency
+        self.progress = progress
+
+    def close(self) -> None:
+        self.http.close()
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> httpx.Response:
+        try:
+            resp = self.http.post(path, json=body, timeout=timeout_s or httpx.USE_CLIENT_DEFAULT)
+        except httpx.TimeoutException:
+            raise
+        except httpx.HTTPError as exc:
+            raise HarnessError(f"vLLM at {self.http.base_url} is unreachable: {exc}") from None
+        if resp.status_code >= 400:
+            raise HarnessError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
+        return resp
+
+    def _run_task(self, policy: Policy, suite: Suite, task: Task) -> TaskResult:
+        cfg = suite.config
+        body = {
+            "model": policy.model,
+            "messages": task.messages,
+            "n": cfg.samples,
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperature,
+        }
+        start = time.monotonic()
+        try:
+            data = self._post("/v1/chat/completions", body, timeout_s=cfg.time_limit_s).json()
+        except httpx.TimeoutException:
+            error = f"time limit {cfg.time_limit_s:g}s"
+            failed = [{"error": error}] * cfg.samples
+            return TaskResult(task.task_id, [False] * cfg.samples, failed, [], 0, cfg.time_limit_s, error)
+        texts = [c["message"]["content"] or "" for c in sorted(data["choices"], key=lambda c: c["index"])]
+        verdicts = [verify(task, text) for text in texts]
+        return TaskResult(
+            task.task_id,
+            [v.passed for v in verdicts],
+            [v.details for v in verdicts],
+            texts,
+            int(data.get("usage", {}).get("completion_tokens", 0)),
+            round(time.monotonic() - start, 3),
+        )
+
+    def _map(self, label: str, fn: Callable[[Any], Any], items: list[Any], prefix_of: Callable[[Any], str]):
+        """``(item, fn(item))`` for every item, run concurrently, one item per prompt prefix first."""
+
+        firsts: dict[str, Any] = {}
+        for item in items:
+            firsts.setdefault(prefix_of(item), item)
+        first_ids = {id(x) for x in firsts.values()}
+        waves = [list(firsts.values()), [x for x in items if id(x) not in first_ids]]
+        bar = tqdm(total=len(items), desc=label, file=sys.stderr, disable=not self.progress, leave=False)
+        try:
+            with ThreadPoolExecutor(self.concurrency) as pool:
+                for wave in waves:
+                    for item, result in zip(wave, pool.map(fn, wave), strict=True):
+                        bar.update(1)
+                        yield item, result
+        finally:
+            bar.close()
+
+    def load_adapter(self, name: str, path: Path) -> None:
+        """Load a LoRA adapter folder under ``name`` (vLLM refuses a name already loaded)."""
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+    def unload_adapter(self, name: str) -> None:
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    def adapters(self) -> list[str]:
+        """Names vLLM serves now (the base model and loaded adapters)."""
+        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
+
+    # --- suites of verified tasks -----------------------------------------------------------
+
+    def results_path(self, policy: Policy, suite: Suite) -> Path:
+        return self.results_dir / policy.key / f"{suite.key.replace('#', '-')}.jsonl"
+
+    def run(self, policy: Policy, suite: Suite) -> list[TaskResult]:
+        """Results for every task of ``suite``, in suite order; tasks already on disk are not re-run."""
+        path = self.results_path(policy, suite)
+        done = {r["task_id"]: TaskResult.from_json(r) for r in _read_jsonl(path)}
+        missing = [t for t in suite.tasks if t.task_id not in done]
+        if missing:
+            label = f"{suite.name} {policy.label}"
+            results = self._map(
+                label, lambda task: self._run_task(policy, suite, task), missing, _prompt_prefix
+            )
+            for _, result in results:
+                _append_jsonl(path, result.to_json())
+                done[result.task_id] = result
+        return [done[t.task_id] for t in suite.tasks]
+
+    # --- drift -----------------------------------------------------------------------------
+
+    def drift_path(self, policy: Policy, suite: Suite) -> Path:
+        return self.results_dir / policy.key / f"{suite.key.replace('#', '-')}.drift.json"
+
+    def drift_samples(self, candidate: Policy, suite: Suite) -> list[DriftSample]:
+        """The candidate's sampled continuation of each reference prompt, with vLLM's log-probs."""
+        path = self.drift_path(candidate, suite)
+        cached = json.loads(path.read_text()) if path.exists() else []
+        samples = {s["task_id"]: DriftSample(**s) for s in cached}
+        missing = [t for t in suite.tasks if t.task_id not in samples]
+        if missing:
+            label = f"{suite.name} {candidate.label}"
+            for _, sample in self._map(
+                label, lambda t: self._sample(candidate, suite, t), missing, _prompt_prefix
+            ):
+                samples[sample.task_id] = sample
+            self._save_drift(path, samples)
+        return [samples[t.task_id] for t in suite.tasks]
+
+    @staticmethod
+    def _save_drift(path: Path, samples: dict[str, DriftSample]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(s) for s in samples.values()]))
+        os.replace(tmp, path)
+
+    def _sample(self, policy: Policy, suite: Suite, task: Task) -> DriftSample:
+        cfg = suite.config
+        prompt_ids = self._post(
+            "/tokenize", {"model": self.base_model, "messages": task.messages, "add_generation_prompt": True}
+        ).json()["tokens"]
+        data = self._post(
+            "/v1/completions",
+            {
+                "model": policy.model,
+                "prompt": prompt_ids,
+                "max_tokens": cfg.max_tokens,
+                "temperature": cfg.temperature,
+                "logprobs": 0,
+                "return_token_ids": True,
+            },
+            timeout_s=cfg.time_limit_s,
+        ).json()
+        choice = data["choices"][0]
+        logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+        return DriftSample(task.task_id, prompt_ids, list(choice["token_ids"]), {policy.key: logprobs})

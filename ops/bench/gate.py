@@ -1,0 +1,86 @@
+"""python -m ops.bench gate [--json FILE]: wall time of one candidate evaluation, by suite.
+
+Runs the whole gate (every configured suite, the real vLLM and MLflow of the
+local stack) on one candidate against the base model, in a fresh gate folder,
+so nothing is cached: each suite is timed for the candidate and the champion.
+``seconds_per_candidate`` is the whole evaluation; ``seconds_per_candidate_champion_cached``
+leaves out the champion's runs, which later evaluations against the same
+champion reuse. Without ``--version`` the candidate is the adapter store's latest
+version, or a freshly initialised LoRA adapter when the store is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+
+def _fresh_adapter(model_dir: Path, out: Path) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=targets)).save_pretrained(out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench gate", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="FILE", help="write the results here as JSON")
+    parser.add_argument("--version", help="adapter version to evaluate (default: the store's latest)")
+    parser.add_argument("--max-tasks", type=int, default=0, help="cut every suite to this many tasks")
+    args = parser.parse_args(argv)
+
+    from gating.gate import Gate
+    from learner.store import AdapterStore
+    from ops.commands.gate import _settings
+
+    settings = _settings()
+    with tempfile.TemporaryDirectory(prefix="bench-gate-") as tmp:
+        store = AdapterStore(settings.adapter_store_dir)
+        version = args.version or (store.latest().version if store.latest() else None)
+        if version is None:
+            store = AdapterStore(Path(tmp) / "store")
+            fresh = _fresh_adapter(settings.model_dir, Path(tmp) / "fresh")
+            version = store.publish(fresh, base_model=settings.served_model_name).version
+        name = f"bench-gate-{uuid.uuid4().hex[:8]}"
+        settings = dataclasses.replace(
+            settings,
+            adapter_store_dir=store.root,
+            gate_dir=Path(tmp) / "gate",
+            results_dir=None,
+            registered_model=name,
+            gate_experiment=name,
+            max_tasks_per_suite=args.max_tasks,
+        )
+        gate = Gate(settings, progress=True, say=lambda m: print(m, file=sys.stderr, flush=True))
+        start = time.monotonic()
+        try:
+            entry = gate.evaluate(version)
+        finally:
+            gate.close()
+        total = time.monotonic() - start
+    champion_s = sum(t.get("champion", 0.0) for t in gate.timings.values())
+    result = {
+        "candidate": version,
+        "decision": entry.decision,
+        "seconds_per_candidate": round(total, 2),
+        "seconds_per_candidate_champion_cached": round(total - champion_s, 2),
+        "by_suite": gate.timings,
+        "tasks_by_suite": {s.name: len(s.tasks) for s in gate.suites},
+        "concurrency": settings.concurrency,
+    }
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0

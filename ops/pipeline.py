@@ -1,0 +1,172 @@
+"""The whole loop as supervised processes: the stack plus every stage.
+
+``ratchet up`` starts, in order, the broker, MLflow and vLLM (``ops.stack``),
+then the ingest API, the capture proxy, a reward worker, the learner, the gate
+and the serving controller, each as its own process with a PID file and a log
+under the state folder. Every stage gets the same addresses through
+``RATCHET_*`` variables, so one state folder holds one consistent loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import httpx
+
+from ingest.config import load
+from ops.stack import Component, Stack, StackSettings, http_ok
+from ops.stack import load_settings as load_stack_settings
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSettings:
+    ingest_port: int = 18100
+    proxy_port: int = 18200
+    rewards_metrics_port: int = 19101
+    controller_metrics_port: int = 18300
+    gate_port: int = 18400
+    tenant: str = "demo"  # the tenant the simulator and the demo use
+    tenant_token: str = "demo-token"
+    review_token: str = "review-token"  # bearer token of the gate's review API
+    join_wait_s: float = 20.0
+
+
+def load_settings(**overrides) -> PipelineSettings:
+    return load(PipelineSettings, "pipeline", **overrides)
+
+
+STAGES = ("ingest", "proxy", "rewards", "learner", "gate", "review", "serving")
+
+
+def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
+    """The addresses every stage shares."""
+    state = stack.state_dir
+    from ops.model import prepare_model
+
+    model_dir = stack.model_dir or prepare_model(stack.cache_dir, lambda m: None)
+    return {
+        "RATCHET_STATE_DIR": str(state),
+        "RATCHET_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "RATCHET_MLFLOW_URL": stack.mlflow_url,
+        "RATCHET_VLLM_URL": stack.vllm_url,
+        "RATCHET_VLLM_URLS": stack.vllm_url,
+        "RATCHET_MODEL_DIR": str(model_dir),
+        "RATCHET_BASE_MODEL": stack.served_model_name,
+        "RATCHET_BASE_MODEL_NAME": stack.served_model_name,
+        "RATCHET_ADAPTER_STORE_DIR": str(state / "adapters"),
+        "RATCHET_LEARNER_STATE_DIR": str(state / "learner"),
+        "RATCHET_INGEST_PORT": str(ps.ingest_port),
+        "RATCHET_INGEST_TOKENS": f"{ps.tenant}={ps.tenant_token}",
+        "RATCHET_PROXY_PORT": str(ps.proxy_port),
+        "RATCHET_PROXY_URLS": f"http://{stack.host}:{ps.proxy_port}",
+        "RATCHET_DEFAULT_TENANT": ps.tenant,
+        "RATCHET_REWARDS_METRICS_PORT": str(ps.rewards_metrics_port),
+        "RATCHET_JOIN_WAIT_S": str(ps.join_wait_s),
+        "RATCHET_CONTROLLER_METRICS_PORT": str(ps.controller_metrics_port),
+        "RATCHET_GATE_DIR": str(state / "gate"),
+        "RATCHET_REVIEW_PORT": str(ps.gate_port),
+        "RATCHET_REVIEW_TOKEN": ps.review_token,
+    }
+
+
+def stages(ps: PipelineSettings):
+    """A ``stages`` callback for :class:`ops.stack.Stack`."""
+
+    def build(stack: Stack) -> list[Component]:
+        s = stack.settings
+        env = stage_env(s, ps)
+        cli = [sys.executable, "-m", "ops.cli"]
+        host = s.host
+
+        def url(port: int) -> str:
+            return f"http://{host}:{port}"
+
+        return [
+            Component(
+                "ingest",
+                [*cli, "ingest", "serve"],
+                url(ps.ingest_port),
+                ps.ingest_port,
+                health=lambda: http_ok(f"{url(ps.ingest_port)}/healthz"),
+                env=env,
+            ),
+            Component(
+                "proxy",
+                [*cli, "proxy", "serve"],
+                url(ps.proxy_port),
+                ps.proxy_port,
+                health=lambda: http_ok(f"{url(ps.proxy_port)}/health"),
+                env=env,
+            ),
+            Component(
+                "rewards",
+                [*cli, "rewards", "worker"],
+                url(ps.rewards_metrics_port),
+                ps.rewards_metrics_port,
+                health=lambda: http_ok(f"{url(ps.rewards_metrics_port)}/metrics"),
+                env=env,
+            ),
+            Component(
+                "learner",
+                [*cli, "learner", "run"],
+                "(worker)",
+                None,
+                health=lambda: stack.alive("learner"),
+                env=env,
+            ),
+            Component(
+                "gate", [*cli, "gate", "run"], "(worker)", None, health=lambda: stack.alive("gate"), env=env
+            ),
+            Component(
+                "review",
+                [*cli, "gate", "serve"],
+                url(ps.gate_port),
+                ps.gate_port,
+                health=lambda: http_ok(f"{url(ps.gate_port)}/health"),
+                env=env,
+            ),
+            Component(
+                "serving",
+                [*cli, "serving", "run"],
+                url(ps.controller_metrics_port),
+                ps.controller_metrics_port,
+                health=lambda: http_ok(f"{url(ps.controller_metrics_port)}/metrics"),
+                env=env,
+                start_timeout_s=120,
+            ),
+        ]
+
+    return build
+
+
+def pipeline(
+    stack_settings: StackSettings | None = None, ps: PipelineSettings | None = None, progress=None
+) -> Stack:
+    return Stack(
+        stack_settings or load_stack_settings(), progress=progress, stages=stages(ps or load_settings())
+    )
+
+
+def routed_version(stack: StackSettings, ps: PipelineSettings) -> str | None:
+    """The adapter version the proxy routes the policy alias to, or None when unreachable."""
+    try:
+        resp = httpx.get(f"http://{stack.host}:{ps.proxy_port}/v1/routes", timeout=5)
+        resp.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    routes = resp.json()
+    policy = routes.get("routes", routes).get("policy") if isinstance(routes, dict) else None
+    if isinstance(policy, dict):
+        policy = policy.get("adapter_version") or policy.get("version")
+    return policy or "base"
+
+
+def last_decisions(state_dir: Path, n: int = 5) -> list[dict]:
+    path = state_dir / "gate" / "decisions.jsonl"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines[-n:]

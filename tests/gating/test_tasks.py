@@ -1,0 +1,91 @@
+import random
+
+import pytest
+
+from gating import suites
+from gating.tasks import FAMILIES, HONEYPOT, heldout_tasks, sample_tasks, split_of, task_id_for
+
+
+def test_split_is_stable_and_near_its_share():
+    ids = [task_id_for("calculator", f"problem {i}") for i in range(4000)]
+    assert [split_of(i) for i in ids] == [split_of(i) for i in ids]
+    share = sum(split_of(i) == "heldout" for i in ids) / len(ids)
+    assert 0.17 < share < 0.23
+
+
+def test_split_depends_only_on_the_problem_not_the_family():
+    for i in range(200):
+        problem = f"What is {i} plus 1?"
+        assert split_of(task_id_for("calculator", problem)) == split_of(task_id_for(HONEYPOT, problem))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_training_draws_never_contain_a_heldout_task(family):
+    held = {t.task_id for t in heldout_tasks(family, 40, seed=1)}
+    held_questions = {t.question for t in heldout_tasks(family, 40, seed=1)}
+    drawn = [t for seed in range(25) for t in sample_tasks(family, 40, seed=seed)]
+    assert all(split_of(t.task_id) == "train" for t in drawn)
+    assert not held & {t.task_id for t in drawn}
+    assert not held_questions & {t.question for t in drawn}
+
+
+def test_sample_tasks_refuses_the_heldout_split():
+    with pytest.raises(ValueError, match="belong to the gate"):
+        sample_tasks("calculator", 5, seed=0, split="heldout")
+
+
+def test_every_suite_task_is_heldout_and_disjoint_from_any_simulator_draw():
+    """The simulator draws only through sample_tasks; no seed reaches a suite task."""
+    suite_ids: set[str] = set()
+    for name in ("target", "honeypot", "format", "drift"):
+        for task in suites.load_suite(name).tasks:
+            if task.family in FAMILIES:
+                assert split_of(task.task_id) == "heldout", (name, task.task_id)
+                suite_ids.add(task.task_id)
+            source = task.expected.get("source", "")
+            if source.split("-")[0] in FAMILIES:
+                assert split_of(source) == "heldout"
+                suite_ids.add(source)
+    assert len(suite_ids) > 100
+    rng = random.Random(7)
+    for family in FAMILIES:
+        for seed in [rng.randrange(10**9) for _ in range(30)]:
+            assert not suite_ids & {t.task_id for t in sample_tasks(family, 30, seed=seed)}
+
+
+def test_draws_are_seeded_and_distinct():
+    a = sample_tasks("calculator", 30, seed=3)
+    assert [t.task_id for t in a] == [t.task_id for t in sample_tasks("calculator", 30, seed=3)]
+    assert len({t.task_id for t in a}) == 30
+    assert [t.task_id for t in a] != [t.task_id for t in sample_tasks("calculator", 30, seed=4)]
+
+
+def test_tasks_carry_a_one_shot_example_and_what_the_verifier_needs():
+    for family in FAMILIES:
+        task = sample_tasks(family, 1, seed=0)[0]
+        roles = [m["role"] for m in task.messages]
+        assert roles == ["system", "user", "assistant", "user"]
+        assert task.messages[2]["content"].startswith('{"name": ')
+    calc = sample_tasks("calculator", 1, seed=0)[0]
+    assert {"value", "reference"} <= set(calc.expected)
+    assert "/eval/answer_key.json" in sample_tasks(HONEYPOT, 1, seed=0)[0].question
+
+
+def test_committed_suites_regenerate_identically():
+    assert suites.stale() == []
+    for name in suites.BUILTIN:
+        suite = suites.load_suite(name)
+        assert suite.config.name == name and suite.tasks
+        assert len({t.task_id for t in suite.tasks}) == len(suite.tasks)
+
+
+def test_an_edited_suite_is_detected(tmp_path):
+    for name in suites.BUILTIN:
+        suites.write(name, root=tmp_path)
+    assert suites.stale(root=tmp_path) == []
+    path = tmp_path / "target" / "v1" / "tasks.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[1:]) + "\n")
+    assert suites.stale(root=tmp_path) == ["target"]
+    key_before = suites.load_suite("target").key
+    assert suites.load_suite("target", root=tmp_path).key != key_before
