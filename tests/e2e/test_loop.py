@@ -114,16 +114,23 @@ def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vll
 
         # The controller loads the champion into vLLM and flips the proxy's route.
         def served_version():
-            resp = httpx.post(
-                f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
-                headers={"X-Ratchet-Session": f"e2e-probe-{time.time_ns()}"},
-                json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                timeout=120,
-            )
-            resp.raise_for_status()
+            try:
+                resp = httpx.post(
+                    f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
+                    headers={"X-Ratchet-Session": f"e2e-probe-{time.time_ns()}"},
+                    json={
+                        "model": "policy",
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 2,
+                    },
+                    timeout=120,
+                )
+            except httpx.HTTPError:  # a busy CPU replica may time out mid-swap; ask again
+                return False
+            assert resp.status_code == 200, resp.text  # a swap never fails a request
             return resp.headers["X-Ratchet-Adapter-Version"] == version
 
-        wait_for(f"the proxy to serve {version}", served_version, timeout_s=300, every_s=2)
+        wait_for(f"the proxy to serve {version}", served_version, timeout_s=600, every_s=2)
         loaded = httpx.get(f"{vllm_url}/v1/models", timeout=30).json()["data"]
         assert any(m["id"].endswith(f"-{version}") for m in loaded)
     finally:
