@@ -54,6 +54,7 @@ def decisions(state_dir: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.timeout(1500)
 def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vllm_url, tmp_path, monkeypatch):
     config = tmp_path / "e2e.toml"
     config.write_text(E2E_CONFIG)
