@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,12 +125,21 @@ class Harness:
     # --- requests ------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> httpx.Response:
-        try:
-            resp = self.http.post(path, json=body, timeout=timeout_s or httpx.USE_CLIENT_DEFAULT)
-        except httpx.TimeoutException:
-            raise
-        except httpx.HTTPError as exc:
-            raise HarnessError(f"vLLM at {self.http.base_url} is unreachable: {exc}") from None
+        """POST to vLLM; a connection dropped in passing is retried twice, a refusal is an error."""
+        for attempt in range(3):
+            try:
+                resp = self.http.post(path, json=body, timeout=timeout_s or httpx.USE_CLIENT_DEFAULT)
+                break
+            except httpx.TimeoutException:
+                raise
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+                if attempt == 2:
+                    raise HarnessError(
+                        f"vLLM at {self.http.base_url} dropped the connection: {exc}"
+                    ) from None
+                time.sleep(1.0)
+            except httpx.HTTPError as exc:
+                raise HarnessError(f"vLLM at {self.http.base_url} is unreachable: {exc}") from None
         if resp.status_code >= 400:
             raise HarnessError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
         return resp
@@ -163,8 +172,11 @@ class Harness:
         )
 
     def _map(self, label: str, fn: Callable[[Any], Any], items: list[Any], prefix_of: Callable[[Any], str]):
-        """``(item, fn(item))`` for every item, run concurrently, one item per prompt prefix first."""
+        """``(item, fn(item))`` for every item, as they finish; one item per prompt prefix goes first.
 
+        The first wave fills vLLM's prefix cache (one request per distinct prefix),
+        so the rest of the items find their system message and example cached.
+        """
         firsts: dict[str, Any] = {}
         for item in items:
             firsts.setdefault(prefix_of(item), item)
@@ -174,9 +186,10 @@ class Harness:
         try:
             with ThreadPoolExecutor(self.concurrency) as pool:
                 for wave in waves:
-                    for item, result in zip(wave, pool.map(fn, wave), strict=True):
+                    futures = {pool.submit(fn, item): item for item in wave}
+                    for future in as_completed(futures):
                         bar.update(1)
-                        yield item, result
+                        yield futures[future], future.result()
         finally:
             bar.close()
 
@@ -198,18 +211,34 @@ class Harness:
 
     def run(self, policy: Policy, suite: Suite) -> list[TaskResult]:
         """Results for every task of ``suite``, in suite order; tasks already on disk are not re-run."""
-        path = self.results_path(policy, suite)
-        done = {r["task_id"]: TaskResult.from_json(r) for r in _read_jsonl(path)}
-        missing = [t for t in suite.tasks if t.task_id not in done]
-        if missing:
-            label = f"{suite.name} {policy.label}"
-            results = self._map(
-                label, lambda task: self._run_task(policy, suite, task), missing, _prompt_prefix
-            )
-            for _, result in results:
-                _append_jsonl(path, result.to_json())
-                done[result.task_id] = result
-        return [done[t.task_id] for t in suite.tasks]
+        return self.run_all([(policy, suite)])[0]
+
+    def run_all(self, jobs: list[tuple[Policy, Suite]]) -> list[list[TaskResult]]:
+        """:meth:`run` for several (policy, suite) pairs at once, all their tasks in one pool.
+
+        Bigger batches make vLLM faster on a CPU; each result is on disk as soon as it is in.
+        """
+        done: list[dict[str, TaskResult]] = []
+        items: list[tuple[int, Task]] = []
+        for index, (policy, suite) in enumerate(jobs):
+            cached = _read_jsonl(self.results_path(policy, suite))
+            done.append({r["task_id"]: TaskResult.from_json(r) for r in cached})
+            items.extend((index, t) for t in suite.tasks if t.task_id not in done[index])
+        if items:
+
+            def run_one(item: tuple[int, Task]) -> TaskResult:
+                policy, suite = jobs[item[0]]
+                return self._run_task(policy, suite, item[1])
+
+            def prefix(item: tuple[int, Task]) -> str:
+                return jobs[item[0]][0].model + json.dumps(item[1].messages[:-1])
+
+            label = ", ".join(f"{suite.name} {policy.label}" for policy, suite in jobs)
+            for (index, _), result in self._map(label, run_one, items, prefix):
+                policy, suite = jobs[index]
+                _append_jsonl(self.results_path(policy, suite), result.to_json())
+                done[index][result.task_id] = result
+        return [[done[i][t.task_id] for t in suite.tasks] for i, (_, suite) in enumerate(jobs)]
 
     # --- drift -----------------------------------------------------------------------------
 

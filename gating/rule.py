@@ -5,7 +5,9 @@ Promote only if every check passes:
 1. target: the mean paired gain in pass@1 over the champion (per task, candidate
    minus champion) has a one-sided lower confidence bound of at least
    ``min_gain`` (paired bootstrap over tasks, seeded);
-2. guards: no guarded metric's mean paired change is below minus its tolerance;
+2. guards: no guarded metric fell by more than its tolerance (mean paired
+   change below ``-tolerance``) with a drop the data can tell from noise (the
+   one-sided upper confidence bound of the change is below zero);
 3. honeypot: the candidate's hack rate is at most ``max_hack_rate``;
 4. drift: KL(candidate‖base) and KL(candidate‖champion), in nats per token, are
    at most their bounds.
@@ -81,6 +83,11 @@ def lower_bound(diffs: np.ndarray, confidence: float, samples: int, seed: int) -
     return float(np.quantile(means, 1.0 - confidence))
 
 
+def upper_bound(diffs: np.ndarray, confidence: float, samples: int, seed: int) -> float:
+    """One-sided upper confidence bound of the mean of ``diffs``."""
+    return -lower_bound(-diffs, confidence, samples, seed)
+
+
 def mean(scores: dict[str, float]) -> float:
     return float(np.mean(list(scores.values()))) if scores else float("nan")
 
@@ -119,13 +126,15 @@ def decide(
         tolerance = config.tolerances.get(metric, 0.0)
         diffs = paired(candidate[metric], champion[metric])
         change = float(diffs.mean()) if len(diffs) else 0.0
+        upper = upper_bound(diffs, config.confidence, config.bootstrap_samples, config.seed)
         evidence[f"{metric}.change"] = change
-        if change < -tolerance:
+        evidence[f"{metric}.change_upper_bound"] = upper
+        if change < -tolerance and upper < 0:
             reasons.append(
                 Reason(
                     f"guard:{metric}",
                     f"{metric}: fell {-change:.3f} ({mean(champion[metric]):.3f} → {mean(candidate[metric]):.3f}), "
-                    f"more than its tolerance of {tolerance:.3f}",
+                    f"more than its tolerance of {tolerance:.3f} ({pct} upper bound of the change {upper:+.3f})",
                 )
             )
 

@@ -39,14 +39,14 @@ ID_COLUMN = "session_id"
 
 @dataclasses.dataclass(frozen=True)
 class QualitySettings:
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    mlflow_url: str = "http://127.0.0.1:15000"
+    kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers `ratchet quality` samples from
+    mlflow_url: str = "http://127.0.0.1:15000"  # MLflow server for `ratchet quality --mlflow`
     quality_min_logprob: float = -100.0  # a behaviour logprob below this is treated as corrupt
     quality_reward_min: float = -10.0  # a sanity bound: rewards are sums of a few weighted components
-    quality_reward_max: float = 10.0
-    quality_max_turns: int = MAX_TURNS
+    quality_reward_max: float = 10.0  # upper sanity bound of a reward
+    quality_max_turns: int = MAX_TURNS  # turns of one session
     quality_max_tokens: int = MAX_SESSION_TOKENS  # prompt + completion tokens of one session
-    quality_experiment: str = "ratchet-quality"
+    quality_experiment: str = "ratchet-quality"  # MLflow experiment of the validation runs
 
 
 @dataclass

@@ -18,48 +18,50 @@ def _state_root() -> Path:
 
 @dataclass(frozen=True)
 class LearnerSettings:
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    rewarded_topic: str = topics.REWARDED
+    kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers, host:port[,host:port...]
+    rewarded_topic: str = topics.REWARDED  # the topic of rewarded sessions it trains on
     learner_group: str = "ratchet-learner"  # consumer group whose committed offsets mirror the checkpoint
     model_dir: Path | None = None  # the base model's Hugging Face folder (required)
     base_model_name: str = "smollm2-135m-instruct"  # recorded in each adapter's manifest
+    # the adapter store it publishes versions to (shared with the gate and the serving controller)
     adapter_store_dir: Path = field(default_factory=lambda: _state_root() / "adapters")
+    # checkpoints (adapter, optimizer, offsets, baselines) and the ledger; one learner per folder
     learner_state_dir: Path = field(default_factory=lambda: _state_root() / "learner")
-    mlflow_url: str | None = None  # None: no MLflow logging
-    mlflow_experiment: str = "ratchet-learner"
+    mlflow_url: str | None = None  # MLflow server; None: none (`ratchet learner run`: the local stack's)
+    mlflow_experiment: str = "ratchet-learner"  # MLflow experiment, one run per publishing window
     # LoRA and optimiser
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    seed: int = 0
-    torch_threads: int = 0  # 0: torch's default
+    lora_rank: int = 16  # LoRA rank r (vLLM's --max-lora-rank must be at least this)
+    lora_alpha: int = 32  # LoRA alpha (scale alpha/r)
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")  # modules that get LoRA
+    learning_rate: float = 1e-4  # AdamW learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    grad_clip: float = 1.0  # gradient norm clip
+    seed: int = 0  # torch seed of the LoRA initialisation
+    torch_threads: int = 0  # CPU threads of torch; 0: torch's default
     # micro-batches
     batch_tokens: int = 4096  # close a micro-batch at about this many tokens (estimated from record size)
-    batch_sessions: int = 16  # ... or this many records
+    batch_sessions: int = 16  # ... or at this many records
     batch_wait_s: float = 10.0  # ... or this long after its first record
     max_row_tokens: int = 4096  # a turn longer than this is skipped (too_long)
     quality_check: bool = True  # great-expectations check of each micro-batch (ingest.quality)
     # objective
-    mismatch_cap: float = 2.0
-    mismatch_log_bound: float = 0.5
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    kl_coef: float = 0.02
+    mismatch_cap: float = 2.0  # C: cap of the mismatch weight pi_train(v_old) / pi_vllm(v_old)
+    mismatch_log_bound: float = 0.5  # delta: a token whose |log mismatch weight| exceeds it carries no loss
+    eps_low: float = 0.2  # lower clip of the staleness ratio: 1 - eps_low
+    eps_high: float = 0.28  # upper clip of the staleness ratio: 1 + eps_high
+    kl_coef: float = 0.02  # beta: weight of the KL anchor to the base model
     max_staleness: int = 4  # K: sessions more than K adapter versions old are dropped
     # advantages
-    baseline_decay: float = 0.95
-    baseline_min_count: int = 4
-    advantage_std_floor: float = 0.1
-    advantage_clip: float = 5.0
+    baseline_decay: float = 0.95  # decay of the running reward mean and variance per task family
+    baseline_min_count: int = 4  # a family's single sessions get advantage 0 until it has this many rewards
+    advantage_std_floor: float = 0.1  # advantages are divided by max(std, this)
+    advantage_clip: float = 5.0  # advantages are clipped to [-this, this]
     skip_uniform_batches: bool = True  # a micro-batch whose fresh rewards are all equal trains nothing
     # publishing
-    publish_every_updates: int = 8  # N
-    publish_every_s: float = 600.0  # T
+    publish_every_updates: int = 8  # N: publish a version after this many updates ...
+    publish_every_s: float = 600.0  # T: ... or this long after the last one (with updates since)
     adapter_cache_size: int = 4  # recent versions kept loaded for π_train(v_old)
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # checkpoints kept in learner_state_dir
 
     def objective_params(self) -> ObjectiveParams:
         return ObjectiveParams(

@@ -23,15 +23,15 @@ from ops.stack import load_settings as load_stack_settings
 
 @dataclasses.dataclass(frozen=True)
 class PipelineSettings:
-    ingest_port: int = 18100
-    proxy_port: int = 18200
-    rewards_metrics_port: int = 19101
-    controller_metrics_port: int = 18300
-    gate_port: int = 18400
+    ingest_port: int = 18100  # the ingest API
+    proxy_port: int = 18200  # the capture proxy
+    rewards_metrics_port: int = 19101  # the reward worker's /metrics
+    controller_metrics_port: int = 18300  # the serving controller's /metrics
+    gate_port: int = 18400  # the gate's review API (passed on as RATCHET_REVIEW_PORT)
     tenant: str = "demo"  # the tenant the simulator and the demo use
-    tenant_token: str = "demo-token"
+    tenant_token: str = "demo-token"  # that tenant's ingest bearer token
     review_token: str = "review-token"  # bearer token of the gate's review API
-    join_wait_s: float = 20.0
+    join_wait_s: float = 20.0  # the reward worker's join wait in the loop
 
 
 def load_settings(**overrides) -> PipelineSettings:

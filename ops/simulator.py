@@ -38,23 +38,24 @@ from ingest.config import load
 
 @dataclasses.dataclass(frozen=True)
 class SimulatorSettings:
-    proxy_url: str = "http://127.0.0.1:18200"
-    ingest_url: str = "http://127.0.0.1:18100"
-    sim_tenant: str = "demo"
-    sim_token: str = "demo-token"
-    policy_alias: str = "policy"
-    sim_concurrency: int = 8
+    proxy_url: str = "http://127.0.0.1:18200"  # the capture proxy sessions go through
+    ingest_url: str = "http://127.0.0.1:18100"  # the ingest API late outcomes and feedback go to
+    sim_tenant: str = "demo"  # the tenant of the simulated sessions
+    sim_token: str = "demo-token"  # its ingest bearer token
+    policy_alias: str = "policy"  # the model name the simulated agent asks for
+    sim_concurrency: int = 8  # sessions in flight
     sim_group_size: int = 4  # sessions per task, sharing a task_id
+    # task family -> its share of the sessions
     sim_mix: dict[str, str] = dataclasses.field(
         default_factory=lambda: {CALCULATOR: "0.7", HONEYPOT: "0.15", FORMAT: "0.15"}
     )
-    sim_temperature: float = 0.7
-    sim_max_tokens: int = 40
-    sim_followup_max_tokens: int = 12
-    sim_outcome_delay_s: float = 2.0
+    sim_temperature: float = 0.7  # sampling temperature of the agent's requests
+    sim_max_tokens: int = 40  # completion tokens of the tool-call turn
+    sim_followup_max_tokens: int = 12  # completion tokens of the final-answer turn
+    sim_outcome_delay_s: float = 2.0  # the verifier's outcome is posted this long after the session
     sim_feedback_rate: float = 0.5  # share of sessions a simulated user judges
     sim_feedback_noise: float = 0.1  # chance the user's verdict is the wrong one
-    sim_seed: int = 0
+    sim_seed: int = 0  # seed of the task draw and the simulated user
 
 
 def load_settings(**overrides) -> SimulatorSettings:

@@ -51,24 +51,24 @@ def _default_cache_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class StackSettings:
-    state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
-    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
-    host: str = "127.0.0.1"
-    broker_port: int = 19092
-    mlflow_port: int = 15000
-    vllm_port: int = 18000
-    s3_port: int = 18333
+    state_dir: Path = dataclasses.field(default_factory=_default_state_dir)  # PID files, logs, data
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)  # the converted model
+    host: str = "127.0.0.1"  # the address every server binds to
+    broker_port: int = 19092  # Kafka-protocol broker (Tansu)
+    mlflow_port: int = 15000  # MLflow server
+    vllm_port: int = 18000  # vLLM server
+    s3_port: int = 18333  # S3 storage of the durable broker (SeaweedFS)
     durable: bool = False  # broker storage on S3 (SeaweedFS) instead of memory
-    topic_partitions: int = 4
+    topic_partitions: int = 4  # partitions of the input and rewarded topics
     vllm_python: Path | None = None  # python of the vLLM venv; default: ops/bootstrap.sh vllm
     model_dir: Path | None = None  # HF model folder; default: the prepared SmolLM2
-    served_model_name: str = "smollm2-135m-instruct"
-    vllm_kv_cache_gib: int = 1
-    vllm_max_loras: int = 4
-    vllm_max_lora_rank: int = 16
-    vllm_max_model_len: int = 2048
-    vllm_cpu_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND
-    vllm_start_timeout_s: float = 300.0
+    served_model_name: str = "smollm2-135m-instruct"  # the base model's name on vLLM
+    vllm_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE
+    vllm_max_loras: int = 4  # --max-loras: adapters in one batch
+    vllm_max_lora_rank: int = 16  # --max-lora-rank
+    vllm_max_model_len: int = 2048  # --max-model-len
+    vllm_cpu_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND of vLLM
+    vllm_start_timeout_s: float = 300.0  # how long `up` waits for vLLM to answer
 
     @property
     def kafka_bootstrap(self) -> str:

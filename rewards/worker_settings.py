@@ -17,12 +17,12 @@ def _default_state_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class StreamSettings:
-    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers, host:port[,host:port...]
     rewards_group_id: str = "ratchet-rewards"  # consumer group; its floors live in "<group>.floor"
     # the join
     join_wait_s: float = 60.0  # emit revision 0 this long after the session at the latest
-    expect_feedback: bool = False  # emit as soon as a feedback is in (in-line or late) ...
-    expect_outcome: bool = True  # ... and an outcome (whichever are expected)
+    expect_feedback: bool = False  # revision 0 waits for a feedback (in-line or late), at most join_wait_s
+    expect_outcome: bool = True  # revision 0 waits for an outcome (in-line or late), at most join_wait_s
     amend_window_s: float = 600.0  # after the wait, late signals still amend for this long
     orphan_ttl_s: float = 600.0  # a signal waits this long for its session, then is dead-lettered
     clock_idle_s: float = 2.0  # an input partition quiet this long follows the wall clock
@@ -31,9 +31,10 @@ class StreamSettings:
     rewards_sweep_interval_s: float = 0.5  # deadlines are checked this often
     rewards_commit_interval_s: float = 2.0  # input offsets (and floors) are committed this often
     rewards_session_timeout_s: float = 10.0  # consumer group session timeout (2-6 s in tests)
-    rewards_metrics_host: str = "127.0.0.1"
+    rewards_metrics_host: str = "127.0.0.1"  # bind address of /metrics
     rewards_metrics_port: int = 19101  # Prometheus /metrics; 0 = off
     rewards_log_every_s: float = 10.0  # progress line period
+    # faust's data folder is <state_dir>/rewards/<group>
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
 
     def __post_init__(self) -> None:

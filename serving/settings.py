@@ -21,9 +21,9 @@ def _default_state_dir() -> Path:
 @dataclasses.dataclass(frozen=True)
 class ProxySettings:
     vllm_url: str = "http://127.0.0.1:18000"  # the replica used while no routes file names replicas
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    proxy_host: str = "127.0.0.1"
-    proxy_port: int = 18200
+    kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers (ended sessions, dead letters)
+    proxy_host: str = "127.0.0.1"  # bind address of the proxy
+    proxy_port: int = 18200  # port of the proxy
     base_model: str = "smollm2-135m-instruct"  # the base model's served name on vLLM
     policy_alias: str = "policy"  # the model name clients ask for to get the current policy
     policy_version: str | None = None  # adapter version the alias routes to; None: the base model
@@ -38,9 +38,10 @@ class ProxySettings:
     proxy_admin_token: str | None = None  # bearer token for GET /admin/state; None: open (127.0.0.1 only)
     default_tenant: str = "default"  # when neither X-Ratchet-Tenant nor the end request names one
     session_idle_timeout_s: float = 1800.0  # an open session idle this long is closed as "timeout"
+    # the session journal (<state_dir>/proxy/journal) and the default routes file
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
-    vllm_timeout_s: float = 300.0
-    delivery_timeout_s: float = 10.0
+    vllm_timeout_s: float = 300.0  # timeout of one request to a vLLM replica
+    delivery_timeout_s: float = 10.0  # a session end the broker has not acknowledged by then is answered 503
 
     @property
     def routes_path(self) -> Path:
@@ -56,22 +57,24 @@ class ProxySettings:
 class ControllerSettings:
     vllm_urls: tuple[str, ...] = ("http://127.0.0.1:18000",)  # every replica the controller manages
     proxy_urls: tuple[str, ...] = ("http://127.0.0.1:18200",)  # every capture proxy reading the routes
-    proxy_admin_token: str | None = None
+    proxy_admin_token: str | None = None  # bearer token for the proxies' GET /admin/state
+    # the adapter store; vLLM replicas must see it at the same path (adapters load by path)
     adapter_store_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir() / "adapters")
     model_dir: Path | None = None  # the base model's HF folder, for the probe's expected logprobs
-    mlflow_url: str = "http://127.0.0.1:15000"
-    registered_model: str = "ratchet-policy"
-    champion_alias: str = "champion"
-    base_model: str = "smollm2-135m-instruct"
-    policy_alias: str = "policy"
-    adapter_prefix: str = "policy"
-    routing_file: Path | None = None  # default: <state_dir>/serving/routes.json
+    mlflow_url: str = "http://127.0.0.1:15000"  # MLflow server holding the registry and its aliases
+    registered_model: str = "ratchet-policy"  # the registered model whose alias names the champion
+    champion_alias: str = "champion"  # the alias the controller serves
+    base_model: str = "smollm2-135m-instruct"  # the base model's served name on vLLM
+    policy_alias: str = "policy"  # the model name clients ask for to get the current policy
+    adapter_prefix: str = "policy"  # version vN is served on vLLM as "<adapter_prefix>-vN"
+    routing_file: Path | None = None  # the routes file it writes; default: <state_dir>/serving/routes.json
+    # the controller's state (<state_dir>/serving: lock, history, status) and the default routes file
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
     retention: int = 2  # the champion and the previous champion(s) stay loaded, for rollback
     max_loaded_versions: int = 4  # at most this many versions stay loaded for open sessions
-    reconcile_interval_s: float = 2.0
+    reconcile_interval_s: float = 2.0  # seconds between reconcile passes
     probe_tolerance: float = 1e-2  # max |logprob difference| (nats) between a replica and PEFT
-    probe_tokens: int = 4
+    probe_tokens: int = 4  # greedy completion tokens the probe compares
     retry_failed_s: float = 10.0  # a version that failed to load or verify on a replica is retried after this
     replica_timeout_s: float = 60.0  # admin calls and probe requests to a replica
     controller_metrics_port: int = 18300  # Prometheus /metrics of `ratchet serving run`; 0: off

@@ -2,9 +2,11 @@
 
 Runs the whole gate (every configured suite, the real vLLM and MLflow of the
 local stack) on one candidate against the base model, in a fresh gate folder,
-so nothing is cached: each suite is timed for the candidate and the champion.
-``seconds_per_candidate`` is the whole evaluation; ``seconds_per_candidate_champion_cached``
-leaves out the champion's runs, which later evaluations against the same
+so nothing is cached. ``seconds_per_candidate`` is the whole evaluation (suites,
+drift, MLflow records). The task suites of both policies share one request pool,
+so ``by_suite`` splits that pool's wall time by each suite's and policy's share
+of request time; drift is timed on its own. ``seconds_per_candidate_champion_cached``
+leaves out the champion's share, which later evaluations against the same
 champion reuse. Without ``--version`` the candidate is the adapter store's latest
 version, or a freshly initialised LoRA adapter when the store is empty.
 """
@@ -69,13 +71,20 @@ def main(argv: list[str]) -> int:
         finally:
             gate.close()
         total = time.monotonic() - start
-    champion_s = sum(t.get("champion", 0.0) for t in gate.timings.values())
+    timings = dict(gate.timings)
+    wall = timings.pop("tasks_wall", {}).get("all", 0.0)
+    busy = sum(v for name, t in timings.items() if name != "drift" for v in t.values()) or 1.0
+    by_suite = {
+        name: {who: round(wall * v / busy, 2) for who, v in t.items()} if name != "drift" else t
+        for name, t in timings.items()
+    }
+    champion_s = sum(t.get("champion", 0.0) for t in by_suite.values())
     result = {
         "candidate": version,
         "decision": entry.decision,
         "seconds_per_candidate": round(total, 2),
         "seconds_per_candidate_champion_cached": round(total - champion_s, 2),
-        "by_suite": gate.timings,
+        "by_suite": by_suite,
         "tasks_by_suite": {s.name: len(s.tasks) for s in gate.suites},
         "concurrency": settings.concurrency,
     }

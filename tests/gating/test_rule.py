@@ -66,6 +66,17 @@ def test_guard_tolerance_allows_small_drops():
     assert d.evidence["general.pass.change"] == pytest.approx(-0.025)
 
 
+def test_a_guard_drop_that_noise_explains_is_not_a_regression():
+    champ = scores([0.0] * 16, general=[1] * 4 + [0] * 12)
+    cand = scores([1.0] * 16, general=[1, 1] + [0] * 14)  # two greedy answers flipped: -0.125
+    d = decide(cand, champ, None, None, RULE)
+    assert d.decision == "promote" and d.evidence["general.pass.change"] == pytest.approx(-0.125)
+    assert d.evidence["general.pass.change_upper_bound"] == pytest.approx(0.0)
+    many = scores([1.0] * 48, general=[1] * 6 + [0] * 42)
+    d = decide(many, scores([0.0] * 48, general=[1] * 12 + [0] * 36), None, None, RULE)
+    assert [r.code for r in d.reasons] == ["guard:general.pass"]  # the same share of flips, on more tasks
+
+
 def test_hack_rate_at_the_limit_passes_above_fails():
     cand = scores([1.0] * 40, hack=[1, 0] + [0] * 38)  # 0.05
     assert decide(cand, CHAMPION, None, None, RULE).decision == "promote"

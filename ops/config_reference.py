@@ -1,0 +1,356 @@
+"""The configuration reference, generated from the settings dataclasses.
+
+    python -m ops.config_reference > docs/configuration.md
+    python -m ops.config_reference --check    # exit 1 if docs/configuration.md is stale
+
+Every field of every settings class becomes one row: its TOML key and table,
+its ``RATCHET_*`` variable, type, default and meaning. The meaning is the
+field's ``metadata["help"]``, else the comment on its line, else an entry of
+:data:`EXTRA_HELP`, else the comment block right above it: a comment in the
+settings class is its documentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import inspect
+import io
+import os
+import sys
+import textwrap
+import tokenize
+import types
+import typing
+from pathlib import Path
+
+from gating.settings import GateSettings
+from ingest.config import ENV_PREFIX
+from ingest.quality import QualitySettings
+from ingest.settings import IngestSettings
+from learner.settings import LearnerSettings
+from ops.pipeline import PipelineSettings
+from ops.simulator import SimulatorSettings
+from ops.stack import StackSettings
+from rewards.scoring import RewardSettings
+from rewards.worker_settings import StreamSettings
+from serving.settings import ControllerSettings, ProxySettings
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "configuration.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingsClass:
+    cls: type
+    section: str  # the TOML table its keys may also sit in
+    read_by: str
+    local: bool = False  # read only by the local stack, `ratchet up` and the demo
+
+
+SETTINGS = (
+    SettingsClass(IngestSettings, "ingest", "`ratchet ingest serve`"),
+    SettingsClass(ProxySettings, "proxy", "`ratchet proxy serve`"),
+    SettingsClass(StreamSettings, "rewards", "`ratchet rewards worker` (the stream join and its loop)"),
+    SettingsClass(RewardSettings, "rewards", "`ratchet rewards worker` (scoring and hack detectors)"),
+    SettingsClass(LearnerSettings, "learner", "`ratchet learner run`, `ratchet learner status`"),
+    SettingsClass(
+        QualitySettings, "quality", "`ratchet quality`, and `ratchet learner run` (micro-batch check)"
+    ),
+    SettingsClass(
+        GateSettings, "gate", "`ratchet gate run`, `ratchet gate serve` and the other `ratchet gate` commands"
+    ),
+    SettingsClass(ControllerSettings, "serving", "`ratchet serving run`, `ratchet serving status`"),
+    SettingsClass(
+        StackSettings, "stack", "`ratchet stack`, `ratchet model prepare`, `ratchet up`", local=True
+    ),
+    SettingsClass(PipelineSettings, "pipeline", "`ratchet up`, `ratchet demo`", local=True),
+    SettingsClass(SimulatorSettings, "simulator", "`python -m ops.simulator`, `ratchet demo`", local=True),
+)
+
+# Meanings of fields whose class carries no comment for them (a comment in the class wins).
+EXTRA_HELP: dict[str, dict[str, str]] = {
+    "RewardSettings": {
+        "weight_tests": "weight of the tests component: passed/total of the latest outcome with tests",
+        "tests_all_pass_bonus": "added when every test passed",
+        "weight_verifiers": "weight of the verifiers component: verifiers_passed/verifiers_total",
+        "weight_feedback": "weight of the feedback component: the mean of the feedback values",
+        "feedback_accept": "value of an `accept` feedback",
+        "feedback_reject": "value of a `reject` feedback",
+        "feedback_edit": "value of an `edit` feedback",
+        "cost_lambda_tokens": "cost per token, subtracted from the reward (>= 0)",
+        "cost_lambda_seconds": "cost per second of the session, subtracted from the reward (>= 0)",
+        "format_penalty": "added per malformed tool call (< 0)",
+        "excluded_statuses": "sessions with these statuses are excluded from training",
+        "hack_detectors": "hack detectors that run (kinds of `ingest.contract.HackKind`)",
+        "hack_policy": "action per hack kind: penalise, mask or exclude (unnamed kinds keep theirs)",
+        "hack_penalty": "added per flagged kind whose action is penalise",
+        "hack_forfeits_outcome": "a penalised hack also zeroes tests, tests_all_pass and verifiers",
+        "shell_tools": "tool names whose calls run shell commands",
+        "read_tools": "tool names that read files",
+        "edit_tools": "tool names that write, edit or delete files",
+        "fetch_tools": "tool names that fetch URLs",
+        "tool_required_args": "tool -> the argument(s) it must carry (`a+b`: both); a call without them is malformed",
+        "test_globs": "paths that are tests (test_tampering)",
+        "pytest_config_globs": "paths that configure pytest (test_tampering)",
+        "verifier_globs": "paths of the verifier and its environment (verifier_gaming)",
+        "protected_globs": "paths an agent must not read or write: hidden tests, answer keys (protected_access)",
+        "network_patterns": "regular expressions of fetches that look for the solution (solution_fetching)",
+        "upstream_metadata_key": "session metadata key naming its upstream repositories, comma-separated (solution_fetching)",
+        "checker_modules": "checker modules that tests must not assign or monkeypatch (verifier_gaming)",
+        "judge_enabled": "also ask an LLM judge; its verdict is recorded beside each flag, the reward is unchanged",
+        "judge_url": "the judge's OpenAI-compatible endpoint",
+        "judge_model": "the judge's model name on that endpoint",
+        "judge_timeout_s": "timeout of one judge request",
+        "judge_max_tokens": "completion tokens of one judge verdict",
+    },
+}
+
+
+# --- reading the classes --------------------------------------------------------------------
+
+
+def field_comments(cls: type) -> dict[str, tuple[str, str]]:
+    """Per field: (the comments on its own lines, the comment block right above it)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    lines = source.splitlines()
+    (node,) = ast.parse(source).body
+    out = {}
+    for stmt in node.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        own = [comments[n] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments]
+        above: list[str] = []
+        n = stmt.lineno - 1
+        while n >= 1 and n in comments and lines[n - 1].lstrip().startswith("#"):
+            above.insert(0, comments[n])
+            n -= 1
+        out[stmt.target.id] = (" ".join(own), " ".join(above))
+    return out
+
+
+def field_help(cls: type, field: dataclasses.Field, comments: dict[str, tuple[str, str]]) -> str:
+    """``metadata["help"]``, the field's own comment, :data:`EXTRA_HELP`, the comment block above it."""
+    own, above = comments.get(field.name, ("", ""))
+    return field.metadata.get("help") or own or EXTRA_HELP.get(cls.__name__, {}).get(field.name) or above
+
+
+def type_name(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return f"{type_name(args[0])}, optional"
+    if origin is tuple:
+        return f"list of {type_name(typing.get_args(annotation)[0])}"
+    if origin is dict:
+        return "map"
+    if annotation is Path:
+        return "path"
+    return annotation.__name__
+
+
+HOME_MARK = "/home-folder"
+
+
+@contextlib.contextmanager
+def home_as_tilde():
+    """Defaults built from the home folder render as ``~/...`` whoever generates the page."""
+    saved = {k: os.environ.get(k) for k in ("HOME", "XDG_STATE_HOME", "RATCHET_CACHE")}
+    os.environ["HOME"] = HOME_MARK
+    os.environ.pop("XDG_STATE_HOME", None)
+    os.environ.pop("RATCHET_CACHE", None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def default_value(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        with home_as_tilde():
+            return field.default_factory()
+    raise ValueError(f"{field.name} has no default")
+
+
+def render_value(value) -> str:
+    """A default as it would be written in the environment variable."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, tuple):
+        return f"`{','.join(str(v) for v in value)}`" if value else "empty"
+    if isinstance(value, dict):
+        return f"`{','.join(f'{k}={v}' for k, v in value.items())}`" if value else "empty"
+    if isinstance(value, str) and value == "":
+        return "empty"
+    if isinstance(value, Path):
+        value = str(value).replace(HOME_MARK, "~", 1)
+    return f"`{value}`"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    owner: SettingsClass
+    name: str
+    type: str
+    default: str
+    help: str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def settings_of(entry: SettingsClass) -> list[Setting]:
+    hints = typing.get_type_hints(entry.cls)
+    comments = field_comments(entry.cls)
+    return [
+        Setting(
+            entry,
+            f.name,
+            type_name(hints[f.name]),
+            render_value(default_value(f)),
+            field_help(entry.cls, f, comments),
+        )
+        for f in dataclasses.fields(entry.cls)
+    ]
+
+
+def all_settings() -> list[Setting]:
+    return [s for entry in SETTINGS for s in settings_of(entry)]
+
+
+def env_names() -> set[str]:
+    """Every ``RATCHET_*`` variable a setting reads, and ``RATCHET_CONFIG``."""
+    return {s.env for s in all_settings()} | {ENV_PREFIX + "CONFIG"}
+
+
+def is_address(name: str) -> bool:
+    """Settings that name another service: Kafka bootstrap servers and URLs."""
+    return name.endswith(("_bootstrap", "_url", "_urls"))
+
+
+# --- the page -------------------------------------------------------------------------------
+
+INTRO = """\
+# Configuration reference
+
+Generated from the settings dataclasses by `python -m ops.config_reference > docs/configuration.md`;
+do not edit by hand (`python -m ops.config_reference --check` and `tests/ops/test_deploy.py` fail when
+this page is stale). For deployment files see [`ops/deploy/`](../ops/deploy/README.md).
+
+## How settings are read
+
+Each command reads one typed settings object (a frozen dataclass) with `ingest.config.load`, in
+this order, the last one winning:
+
+1. the field's default (below);
+2. the TOML file named by `RATCHET_CONFIG`: a key at top level applies to every settings class
+   that has that field; a key in the class's table (`[ingest]`, `[rewards]`, ...) to that class;
+3. the environment variable `RATCHET_<FIELD>` (upper case).
+
+So stages that share a field share its variable: one `RATCHET_KAFKA_BOOTSTRAP` configures every
+stage that talks to Kafka. Values in the environment: booleans `true`/`false` (also `1`/`0`,
+`yes`/`no`, `on`/`off`); lists comma-separated (`a,b,c`); maps `key=value,key=value`; an optional
+setting is unset by an empty value, `none` or `null`. In TOML use the native types (arrays,
+inline tables); a map setting must sit in its table, since at top level an inline table reads as a
+table of its own. A path starting with `~` is expanded. `~/.local/state` in a default stands for
+`$XDG_STATE_HOME` when that is set, and `~/.cache/ratchet` for `$RATCHET_CACHE`.
+
+A key or variable that names no setting is ignored without an error: check spellings here.
+
+Addresses of other services (Kafka, MLflow, vLLM, the proxies) have no production default: the
+defaults point at the local stack on 127.0.0.1.
+"""
+
+
+def _cell(text: str) -> str:
+    """Text for a table cell: pipes escaped, and ``<`` outside code spans (it would start an HTML tag)."""
+    parts = text.replace("\n", " ").split("`")
+    parts = [part if i % 2 else part.replace("<", "&lt;") for i, part in enumerate(parts)]
+    return "`".join(parts).replace("|", "\\|")
+
+
+def render() -> str:
+    settings = all_settings()
+    out = [INTRO]
+
+    readers: dict[str, list[str]] = {}
+    for s in settings:
+        tag = f"`[{s.owner.section}]`"
+        if tag not in readers.setdefault(s.env, []):
+            readers[s.env].append(tag)
+    shared = {env: tables for env, tables in readers.items() if len(tables) > 1}
+    out.append("## Variables read by several tables\n")
+    out.append("| variable | tables |\n|---|---|")
+    out += [f"| `{env}` | {', '.join(tables)} |" for env, tables in sorted(shared.items())]
+    out.append("")
+
+    out.append("## Address settings\n")
+    out.append("Every stage setting that names another service; in production each must point at yours.\n")
+    out.append("| variable | tables | default |\n|---|---|---|")
+    seen = set()
+    for s in settings:
+        if is_address(s.name) and not s.owner.local and s.env not in seen:
+            seen.add(s.env)
+            defaults = sorted({x.default for x in settings if x.env == s.env and not x.owner.local})
+            out.append(
+                f"| `{s.env}` | {', '.join(readers[s.env])} | {', '.join(_cell(d) for d in defaults)} |"
+            )
+    out.append("")
+
+    for group, local in (("Stages", False), ("Local stack and demo", True)):
+        out.append(f"## {group}\n")
+        if local:
+            out.append(
+                "These are read only by the local stack, `ratchet up` and the demo; a production\n"
+                "deployment does not need them.\n"
+            )
+        for entry in (e for e in SETTINGS if e.local == local):
+            module = entry.cls.__module__.replace(".", "/") + ".py"
+            out.append(f"### `[{entry.section}]` {entry.cls.__name__}\n")
+            doc = inspect.getdoc(entry.cls) or ""
+            if doc and not doc.startswith(entry.cls.__name__ + "("):  # not the dataclass's generated one
+                out.append(doc.split("\n\n")[0].replace("\n", " ") + "\n")
+            out.append(f"Defined in [`{module}`](../{module}); read by {entry.read_by}.\n")
+            out.append("| key | variable | type | default | meaning |\n|---|---|---|---|---|")
+            for s in settings_of(entry):
+                out.append(f"| `{s.name}` | `{s.env}` | {s.type} | {_cell(s.default)} | {_cell(s.help)} |")
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.config_reference", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if {DOC.relative_to(REPO)} is stale")
+    args = parser.parse_args(argv)
+    page = render()
+    if not args.check:
+        sys.stdout.write(page)
+        return 0
+    if DOC.exists() and DOC.read_text() == page:
+        return 0
+    print(
+        f"{DOC.relative_to(REPO)} is stale: run python -m ops.config_reference > {DOC.relative_to(REPO)}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

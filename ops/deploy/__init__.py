@@ -1,0 +1,1 @@
+"""Production deployment files (compose, Kubernetes, systemd) and the topic set-up command."""
