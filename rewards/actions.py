@@ -91,6 +91,10 @@ class Trace:
     actions: list[Action] = field(default_factory=list)
     originals: dict[str, str] = field(default_factory=dict)  # first content seen of each file
 
+    def inert(self) -> bool:
+        """No tool call changed a file, named a path, ran a command or reached the network."""
+        return not any(a.changes or a.paths or a.network or a.command for a in self.actions)
+
 
 # --- paths and globs ---------------------------------------------------------------
 

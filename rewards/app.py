@@ -83,6 +83,7 @@ class RewardsStage:
         self.app, self.settings, self.reward_settings, self.metrics = app, settings, reward_settings, metrics
         self.rules = settings.rules()
         self.worker = worker_id()
+        self._worker_header = (HEADER_WORKER, self.worker.encode())
         self.outbox = Outbox(settings.kafka_bootstrap)
         self.floors = FloorStore(settings.kafka_bootstrap, settings.rewards_group_id)
         self.lock = asyncio.Lock()
@@ -231,10 +232,7 @@ class RewardsStage:
                 )
                 continue
             self.metrics.rewarded(e.revision, rewarded.reward, [f.kind.value for f in rewarded.flags])
-            headers = (
-                (HEADER_EMITTED, emitted_header(sid, e.emitted)),
-                (HEADER_WORKER, self.worker.encode()),
-            )
+            headers = ((HEADER_EMITTED, emitted_header(sid, e.emitted)), self._worker_header)
             outs.append(Out(topics.REWARDED, sid.encode(), rewarded.to_json(), e.partition, headers))
         return outs
 

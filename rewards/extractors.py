@@ -32,13 +32,19 @@ def _ordered(records, id_field: str):
 
 def unique_outcomes(session: Session, outcomes: list[Outcome]) -> list[Outcome]:
     """The in-line outcome and the late ones, each id once, oldest first."""
-    found = {o.outcome_id: o for o in ([session.outcome] if session.outcome else []) + list(outcomes)}
+    inline = [session.outcome] if session.outcome else []
+    if not outcomes:
+        return inline
+    found = {o.outcome_id: o for o in inline + list(outcomes)}
     return _ordered(found.values(), "outcome_id")
 
 
 def unique_feedback(session: Session, feedback: list[Feedback]) -> list[Feedback]:
     """The in-line feedback and the late ones, each id once, oldest first."""
-    found = {f.feedback_id: f for f in ([session.feedback] if session.feedback else []) + list(feedback)}
+    inline = [session.feedback] if session.feedback else []
+    if not feedback:
+        return inline
+    found = {f.feedback_id: f for f in inline + list(feedback)}
     return _ordered(found.values(), "feedback_id")
 
 
@@ -102,16 +108,18 @@ def cost_component(session: Session, settings: RewardSettings) -> list[Component
 
 
 _CALL_HINT = re.compile(r'^\s*(\{|\[|<tool_call>)|"name"\s*:|<tool_call>')
+_TAGGED_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.S)
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)(```|$)", re.S)
 
 
 def _tool_call_text(text: str) -> str | None:
     """The part of an assistant text that is meant to be a tool call, or None."""
     if not _CALL_HINT.search(text):
         return None
-    inner = re.search(r"<tool_call>(.*?)(</tool_call>|$)", text, re.S)
+    inner = _TAGGED_CALL.search(text) if "<tool_call>" in text else None
     if inner:
         return inner.group(1).strip()
-    fenced = re.search(r"```(?:json)?\s*(.*?)(```|$)", text, re.S)
+    fenced = _FENCED.search(text) if "```" in text else None
     if fenced and _CALL_HINT.search(fenced.group(1)):
         return fenced.group(1).strip()
     start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)

@@ -64,7 +64,7 @@ class JoinRules:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Emitted:
     """What the last rewarded revision of a session covered."""
 
@@ -79,7 +79,7 @@ class Emitted:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Emission:
     """A revision to score and produce to ``rewarded.v1`` (same partition number)."""
 
@@ -94,7 +94,7 @@ class Emission:
         return self.emitted.revision
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rejection:
     """A record that goes to the dead-letter topic, with its reason."""
 
@@ -105,14 +105,14 @@ class Rejection:
     tenant: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Closed:
     emitted: Emitted
     floor: int
     token: int
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionCopy:
     """A joined session. Given its raw bytes, only those are kept once it was emitted (a parsed
     session is several times larger); an amendment parses it again."""
@@ -141,7 +141,7 @@ class SessionCopy:
             self.parsed = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Join:
     serial: int
     session_id: str

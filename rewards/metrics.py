@@ -45,18 +45,26 @@ class Metrics:
         self.batch_seconds = Histogram(
             "ratchet_rewards_batch_seconds", "Time to process one fetched batch", registry=r
         )
+        self._children: dict[tuple[Counter, str], Counter] = {}  # labelled counters, looked up once
 
     def serve(self, host: str, port: int) -> None:
         if port:
             start_http_server(port, addr=host, registry=self.registry)
 
     def rewarded(self, revision: int, reward: float, flag_kinds: list[str]) -> None:
-        self.emitted.labels(str(revision) if revision < 3 else "3+").inc()
+        self._child(self.emitted, str(revision) if revision < 3 else "3+").inc()
         if revision > 0:
             self.amendments.inc()
         self.reward.observe(reward)
         for kind in flag_kinds:
-            self.flags.labels(kind).inc()
+            self._child(self.flags, kind).inc()
+
+    def _child(self, counter: Counter, label: str) -> Counter:
+        key = (counter, label)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(label)
+        return child
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent), e.g. ``value("ratchet_rewards_rewarded_total", revision="0")``."""

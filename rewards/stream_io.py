@@ -135,18 +135,12 @@ class Outbox:
 
     def submit(self, records: list[Out], on_delivery=None) -> None:
         self._raise_errors()
+        produce, report = self._producer.produce, on_delivery or self._on_delivery
         for r in records:
             kwargs = {"partition": r.partition} if r.partition is not None else {}
             while True:
                 try:
-                    self._producer.produce(
-                        r.topic,
-                        r.value,
-                        r.key,
-                        headers=list(r.headers),
-                        on_delivery=on_delivery or self._on_delivery,
-                        **kwargs,
-                    )
+                    produce(r.topic, r.value, r.key, headers=list(r.headers), on_delivery=report, **kwargs)
                     break
                 except BufferError:  # the local queue is full: wait for deliveries to drain it
                     self._producer.poll(0.05)
