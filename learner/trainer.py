@@ -79,15 +79,27 @@ def completion_logits(
     head_mask_B_H = prompt_mask_B_P[:, :-1]
     past = None
     if P > 1:
+        # Sessions of one task share their first prompt: run each distinct (prompt, adapter) once.
+        unique_U, inverse_B = _distinct_rows(prompt_ids_B_P[:, :-1], head_mask_B_H, adapter_names)
+        head_ids_U_H, head_mask_U_H = prompt_ids_B_P[unique_U, :-1], head_mask_B_H[unique_U]
+        unique_extra = (
+            {} if adapter_names is None else {"adapter_names": [adapter_names[u] for u in unique_U]}
+        )
         with torch.no_grad():
             past = model(
-                input_ids=prompt_ids_B_P[:, :-1],
-                attention_mask=head_mask_B_H,
-                position_ids=(head_mask_B_H.cumsum(1) - 1).clamp(min=0),
+                input_ids=head_ids_U_H,
+                attention_mask=head_mask_U_H,
+                position_ids=(head_mask_U_H.cumsum(1) - 1).clamp(min=0),
                 use_cache=True,
                 logits_to_keep=1,
-                **extra,
+                **unique_extra,
             ).past_key_values
+        if len(unique_U) < B:
+            from transformers import DynamicCache
+
+            past = DynamicCache(
+                ddp_cache_data=[(layer.keys[inverse_B], layer.values[inverse_B]) for layer in past.layers]
+            )
     tail_ids_B_C = torch.cat([prompt_ids_B_P[:, -1:], completion_ids_B_C[:, :-1]], dim=1)
     tail_mask_B_C = torch.cat([torch.ones(B, 1, dtype=torch.long), completion_mask_B_C[:, :-1]], dim=1)
     position_B_C = prompt_mask_B_P.sum(1, keepdim=True) - 1 + torch.arange(C)[None, :]
@@ -101,6 +113,25 @@ def completion_logits(
             **extra,
         )
     return out.logits.float()
+
+
+def _distinct_rows(
+    ids_B_H: torch.Tensor, mask_B_H: torch.Tensor, adapter_names: list[str] | None
+) -> tuple[list[int], torch.Tensor]:
+    """The first row of each distinct (prompt, adapter), and each row's index among those."""
+    first: dict[tuple, int] = {}
+    firsts: list[int] = []
+    inverse: list[int] = []
+    for b in range(ids_B_H.shape[0]):
+        key = (
+            adapter_names[b] if adapter_names is not None else None,
+            tuple(ids_B_H[b][mask_B_H[b].bool()].tolist()),
+        )
+        if key not in first:
+            first[key] = len(firsts)
+            firsts.append(b)
+        inverse.append(first[key])
+    return firsts, torch.tensor(inverse)
 
 
 class AdapterCache:

@@ -40,6 +40,10 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
         rewarded("a", 1.0, prompt=[1, 9690, 198, 2683, 359], completion=[504, 314, 28, 2], version="v1"),
         rewarded("b", 1.0, prompt=[1], completion=[9690, 198, 17], temperature=0.7, logprobs_mode="raw"),
         rewarded("c", 1.0, prompt=list(range(100, 109)), completion=[11, 12], temperature=1.3, version="v1"),
+        # the same prompts again (a task's group): served by the same and by another version
+        rewarded("d", 0.0, prompt=[1, 9690, 198, 2683, 359], completion=[13, 14, 15], version="v1"),
+        rewarded("e", 0.5, prompt=[1, 9690, 198, 2683, 359], completion=[504, 16]),
+        rewarded("f", 0.5, prompt=list(range(100, 109)), completion=[17], temperature=1.3, version="v1"),
     ]
     rows = [r for s in sessions for r in rows_of(s, 1.0, "v1")]
     batch = collate(rows)
