@@ -32,7 +32,7 @@ from gating.records import Registry, comparison_png, json_bytes
 from gating.rule import Decision, Reason, Scores, decide
 from gating.settings import GateSettings
 from gating.suites import SUITES_DIR, Suite, load_suite
-from learner.store import AdapterStore, StoredAdapter, TamperedAdapter, version_number
+from learner.store import VERSION_RE, AdapterStore, StoredAdapter, TamperedAdapter, version_number
 
 ACTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 OVERRIDES = ("approve", "reject", "rollback")
@@ -62,7 +62,7 @@ class Gate:
         self.timings: dict[str, dict[str, float]] = {}
         root = settings.suites_dir or SUITES_DIR
         self.suites = [
-            load_suite(name, root=root).limited(settings.max_tasks_per_suite) for name in settings.suites
+            load_suite(name, root=root).limited(settings.max_tasks(name)) for name in settings.suites
         ]
 
     def close(self) -> None:
@@ -103,6 +103,7 @@ class Gate:
             "champion": [champion.version, champion.manifest.content_hash] if champion else BASE,
             "suites": [s.key for s in self.suites],
             "max_tasks": self.settings.max_tasks_per_suite,
+            **({"suite_max_tasks": self.settings.suite_max_tasks} if self.settings.suite_max_tasks else {}),
             "rule": asdict(self.settings.rule()),
         }
         return "d-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
@@ -257,6 +258,7 @@ class Gate:
             "champion": champion,
             "seed": s.seed,
             "max_tasks_per_suite": s.max_tasks_per_suite,
+            **{f"max_tasks.{x.name}": len(x.tasks) for x in self.suites},
             "concurrency": s.concurrency,
             **{f"suite.{x.name}": x.key for x in self.suites},
             **{f"suite.{x.name}.seed": x.config.source.get("seed") for x in self.suites},
@@ -385,9 +387,16 @@ class Gate:
         return self.registry.reconcile(state, entries)
 
     def undecided(self) -> list[str]:
-        """Versions in the store the log says nothing about (a version decided by hand counts as decided)."""
+        """Versions in the store the log says nothing about (a version decided by hand counts as decided).
+
+        With ``latest_only``, just the newest of them, if no newer version is decided already.
+        """
         decided = {e.version for e in self.log.entries()}
-        return [v for v in self.store.versions() if v not in decided]
+        pending = [v for v in self.store.versions() if v not in decided]
+        if not self.settings.latest_only:
+            return pending
+        newest_decided = max((version_number(v) for v in decided if VERSION_RE.match(v)), default=0)
+        return [v for v in pending[-1:] if version_number(v) > newest_decided]
 
     def run_forever(self, stop: threading.Event) -> None:
         """Evaluate every new version in the store, oldest first, until ``stop`` is set."""

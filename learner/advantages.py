@@ -12,7 +12,10 @@
 The family is ``metadata["task_family"]`` when a session carries it, else the
 ``task_id`` without its trailing number (``calc-17`` → ``calc``), else
 ``default``. Every fresh reward updates its family's statistics once, after
-the batch is scored. Advantages are clipped to ±``clip``.
+the batch is scored. Advantages are clipped to ±``clip``; a negative one is
+then multiplied by ``negative_weight`` (1: plain policy gradient; 0: learn only
+from what went better than expected, which keeps a small model from pushing
+probability onto junk tokens while it is taught away from its failures).
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ class AdvantageParams:
     std_floor: float = 0.1
     clip: float = 5.0
     min_group_size: int = 2
+    negative_weight: float = 1.0
+
+
+def _weighted(value: float, params: AdvantageParams) -> float:
+    return value * params.negative_weight if value < 0 else value
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,7 @@ def score(
         scale = max(std, params.std_floor)
         for i in members:
             advantages[i] = Advantage(
-                _clip((items[i].reward - mean) / scale, params.clip), mean, scale, "group"
+                _weighted(_clip((items[i].reward - mean) / scale, params.clip), params), mean, scale, "group"
             )
     for i, item in enumerate(items):
         if advantages[i] is not None:
@@ -122,7 +130,10 @@ def score(
             advantages[i] = Advantage(0.0, stats.mean, scale, "warmup")
         else:
             advantages[i] = Advantage(
-                _clip((item.reward - stats.mean) / scale, params.clip), stats.mean, scale, "running"
+                _weighted(_clip((item.reward - stats.mean) / scale, params.clip), params),
+                stats.mean,
+                scale,
+                "running",
             )
     for item in items:
         baselines = observe(
@@ -135,5 +146,5 @@ def amended(previous: Advantage, new_reward: float, params: AdvantageParams) -> 
     """The advantage a revised reward would have had, against the baseline and scale used in training."""
     if previous.source == "warmup":
         return previous
-    value = _clip((new_reward - previous.baseline) / previous.scale, params.clip)
+    value = _weighted(_clip((new_reward - previous.baseline) / previous.scale, params.clip), params)
     return replace(previous, value=value)

@@ -56,6 +56,12 @@ class LearnerSettings:
     baseline_min_count: int = 4  # a family's single sessions get advantage 0 until it has this many rewards
     advantage_std_floor: float = 0.1  # advantages are divided by max(std, this)
     advantage_clip: float = 5.0  # advantages are clipped to [-this, this]
+    negative_advantage_weight: float = (
+        1.0  # negative advantages are scaled by this (0: learn from successes only)
+    )
+    epochs_per_batch: int = (
+        1  # optimisation steps per micro-batch (the staleness clip bounds how far they go)
+    )
     skip_uniform_batches: bool = True  # a micro-batch whose fresh rewards are all equal trains nothing
     # publishing
     publish_every_updates: int = 8  # N: publish a version after this many updates ...
@@ -78,6 +84,7 @@ class LearnerSettings:
             min_count=self.baseline_min_count,
             std_floor=self.advantage_std_floor,
             clip=self.advantage_clip,
+            negative_weight=self.negative_advantage_weight,
         )
 
 

@@ -210,26 +210,26 @@ class Trainer:
         return token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
 
     def step(self, batch: Padded, params: ObjectiveParams) -> dict[str, float]:
-        """One optimisation step on a micro-batch; returns the loss components and timings."""
+        """``epochs_per_batch`` optimisation steps on a micro-batch (the reference logprobs are
+        computed once); returns the last step's loss components, and timings."""
         start = time.perf_counter()
         old_B_C, matched_B_C, base_B_C = self.reference_logprobs(batch, with_base=params.kl_coef > 0)
-        logprobs_B_C = self.policy_logprobs(batch)
-        if params.kl_coef <= 0:
-            base_B_C = logprobs_B_C.detach()
-        tokens = TokenTensors(
-            logprobs_B_T=logprobs_B_C,
-            old_logprobs_B_T=old_B_C,
-            old_matched_logprobs_B_T=matched_B_C,
-            behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
-            base_logprobs_B_T=base_B_C,
-            advantages_B_T=batch.advantages_B_C,
-            mask_B_T=batch.loss_mask_B_C,
-        )
-        loss, metrics = objective(tokens, params)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(max(1, self.settings.epochs_per_batch)):
+            logprobs_B_C = self.policy_logprobs(batch)
+            tokens = TokenTensors(
+                logprobs_B_T=logprobs_B_C,
+                old_logprobs_B_T=old_B_C,
+                old_matched_logprobs_B_T=matched_B_C,
+                behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
+                base_logprobs_B_T=base_B_C if params.kl_coef > 0 else logprobs_B_C.detach(),
+                advantages_B_T=batch.advantages_B_C,
+                mask_B_T=batch.loss_mask_B_C,
+            )
+            loss, metrics = objective(tokens, params)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - start
         metrics.update(
             grad_norm=float(grad_norm),

@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("RATCHET_CONFIG", str(DEMO_CONFIG))
+    from learner.store import version_number
     from ops.pipeline import load_settings, pipeline, routed_version
     from ops.report import write_report
     from ops.simulator import Simulator
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             if log.exists()
             else set()
         )
-        if versions and versions <= decided:
+        if versions and max(versions, key=version_number) in decided:  # the newest candidate is decided
             break
         time.sleep(5)
     ended = time.time()

@@ -148,3 +148,15 @@ def test_a_tampered_adapter_is_refused_before_it_is_served(make_gate, store, tmp
     assert entry.decision == "reject" and codes(entry) == ["tampered"]
     assert gate.log.state() == State() and entry.run_id is None
     assert gate.registry.aliases() == {}
+
+
+def test_latest_only_skips_versions_a_newer_one_superseded(make_gate):
+    every = make_gate()
+    assert every.undecided() == ["v1", "v2", "v3", "v4"]
+    gate = make_gate(latest_only=True)
+    assert gate.undecided() == ["v4"]
+    gate.override("reject", "v3", "superseded in review", "alice")
+    assert gate.undecided() == ["v4"]
+    gate.override("reject", "v4", "not wanted", "alice")
+    assert gate.undecided() == []  # v1 and v2 are older than a decided version
+    assert every.undecided() == ["v1", "v2"]

@@ -57,3 +57,18 @@ def test_amended_reward_is_scored_against_the_baseline_used_in_training():
     trained = Advantage(value=-1.0, baseline=0.5, scale=0.5, source="running")
     assert amended(trained, 1.0, params) == Advantage(1.0, 0.5, 0.5, "running")
     assert amended(Advantage(0.0, 0.0, 1.0, "warmup"), 1.0, params).value == 0.0
+
+
+def test_negative_advantages_are_scaled_by_their_weight_positive_ones_are_not():
+    items = [Scored("acme", "t1", "t", r) for r in (1.0, 0.0, 0.0, 0.0)]
+    full, _ = score(items, {}, AdvantageParams())
+    for weight in (0.0, 0.25):
+        scaled, _ = score(items, {}, AdvantageParams(negative_weight=weight))
+        assert scaled[0].value == full[0].value > 0
+        assert [a.value for a in scaled[1:]] == pytest.approx([weight * a.value for a in full[1:]])
+    running = AdvantageParams(min_count=1, negative_weight=0.5)
+    baselines = {"acme/t": FamilyStats(count=5, mean=0.5, var=0.25)}
+    (adv,), _ = score([Scored("acme", None, "t", 0.0)], baselines, running)
+    assert adv.value == pytest.approx(-0.5)  # (0 − 0.5) / 0.5, halved
+    trained = Advantage(value=1.0, baseline=0.5, scale=0.5, source="running")
+    assert amended(trained, 0.0, running).value == pytest.approx(-0.5)  # an amendment is weighted the same

@@ -187,3 +187,33 @@ def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(s
     assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
     untempered = completion_logprobs(model, prompt, completion.token_ids, 1.0)  # θ = base here, at T = 1
     assert (untempered - torch.tensor(completion.logprobs)).abs().max().item() > 1e-2
+
+
+def test_epochs_per_batch_are_that_many_steps_against_one_reference(settings, tmp_path):
+    """The reference logprobs (π_train(v_old), π_base) do not depend on θ, so two epochs on a
+    micro-batch equal two single-epoch steps on it."""
+    store = AdapterStore(tmp_path / "store")
+    twice = load_policy(settings)
+    prompt = [1, 9690, 198, 2683, 359]
+    sessions = []
+    for i in range(4):
+        completion = [504, 314 + i, 28, 2]
+        with torch.no_grad(), twice.disable_adapter():
+            behaviour = completion_logprobs(twice, prompt, completion, 1.0).tolist()
+        sessions.append(
+            rewarded(f"s{i}", float(i % 2), prompt=prompt, completion=completion, behaviour=behaviour)
+        )
+    rows = [r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0, None)]
+    batch = collate(rows)
+    trainer = Trainer(twice, store, settings)
+    trainer.step(batch, settings.objective_params())
+    trainer.step(batch, settings.objective_params())
+    epochs = dataclasses.replace(settings, epochs_per_batch=2)
+    once = load_policy(epochs)
+    Trainer(once, store, epochs).step(batch, epochs.objective_params())
+    moved = False
+    for (name, a), (_, b) in zip(twice.named_parameters(), once.named_parameters(), strict=True):
+        if a.requires_grad:
+            assert torch.allclose(a, b, atol=1e-6), name
+            moved |= bool(a.abs().sum() > 0) and "lora_B" in name
+    assert moved  # the steps really changed the adapter
