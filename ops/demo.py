@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RATCHET_CONFIG", str(DEMO_CONFIG))
     from learner.store import version_number
     from ops.pipeline import load_settings, pipeline, routed_version
-    from ops.report import write_report
+    from ops.report import log_report, write_report
     from ops.simulator import Simulator
     from ops.simulator import load_settings as load_sim_settings
     from ops.stack import StackError
@@ -216,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     data = collect(stack_settings, started, ended, sim)
     run_dir = args.runs_dir / run_id
     report = write_report(data, run_dir, run_id, stack_settings.mlflow_url)
+    try:
+        mlflow_run = log_report(report, run_dir, stack_settings.mlflow_url)
+        say(f"report recorded in MLflow: experiment ratchet-demo, run {mlflow_run}")
+    except Exception as exc:  # the report on disk stands; MLflow is where it is also shown
+        say(f"could not record the report in MLflow ({exc}); it is in {run_dir}")
     say(f"serving version now: {routed_version(stack_settings, ps)}")
     print(
         json.dumps(

@@ -165,3 +165,47 @@ def write_report(data: RunData, run_dir: Path, run_id: str, mlflow_url: str | No
     (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot_report(data, report, run_dir / "report.png")
     return report
+
+
+def log_report(
+    report: dict[str, Any], run_dir: Path, mlflow_url: str, experiment: str = "ratchet-demo"
+) -> str:
+    """Record the run in MLflow beside the learner's and the gate's runs: one metric per stage
+    (sessions ingested, rewarded, trained; versions, decisions and promotions; held-out success;
+    hack rate; freshness), the served champion, and report.json / report.png as artifacts.
+    Returns the MLflow run id."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_url, mlflow_url)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    decisions = report["decisions"]
+    run = client.create_run(
+        experiment_id,
+        run_name=f"demo-{report['run_id']}",
+        tags={
+            "ratchet.run_id": report["run_id"],
+            "ratchet.champion": report["heldout"].get("champion_version") or "base",
+            "ratchet.decisions": "; ".join(f"{d['version']} {d['decision']}" for d in decisions),
+        },
+    )
+    metrics = {
+        "ingest.sessions": report["sessions_ingested"],
+        "rewards.sessions": report["sessions_rewarded"],
+        "learner.sessions": report["sessions_trained"],
+        "learner.versions": len(report["versions"]),
+        "gate.decisions": len(decisions),
+        "gate.promotions": sum(d["decision"] == "promote" for d in decisions),
+        "heldout.base": report["heldout"].get("base"),
+        "heldout.champion": report["heldout"].get("champion"),
+        "rewards.hack_rate": report["hack_rate"],
+        "freshness_median_s": report["freshness_median_s"],
+        "duration_s": report["duration_s"],
+    }
+    for key, value in metrics.items():
+        if value is not None:
+            client.log_metric(run.info.run_id, key, float(value))
+    for name in ("report.json", "report.png"):
+        client.log_artifact(run.info.run_id, str(run_dir / name))
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id

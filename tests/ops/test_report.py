@@ -67,3 +67,23 @@ def test_no_promotion_reports_the_base_model_as_champion(tmp_path):
     assert json.loads((tmp_path / "run" / "report.json").read_text())["run_id"] == "run-2"
     png = (tmp_path / "run" / "report.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_the_report_is_recorded_in_mlflow_with_a_metric_per_stage(tmp_path):
+    from mlflow import MlflowClient
+
+    from ops.report import log_report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri, uri)
+    client.create_experiment("ratchet-demo", artifact_location=(tmp_path / "artifacts").as_uri())
+    report = write_report(run_data(), tmp_path / "run", "r1", None)
+    run = client.get_run(log_report(report, tmp_path / "run", uri))
+    metrics = run.data.metrics
+    assert metrics["ingest.sessions"] == 3 and metrics["rewards.sessions"] == 3
+    assert metrics["learner.sessions"] == 3 and metrics["learner.versions"] == 2
+    assert metrics["gate.decisions"] == 2 and metrics["gate.promotions"] == 1
+    assert metrics["heldout.base"] == 0.25 and metrics["heldout.champion"] == 0.6
+    assert run.data.tags["ratchet.champion"] == "v2"
+    assert run.data.tags["ratchet.decisions"] == "v1 reject; v2 promote"
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"report.json", "report.png"}
