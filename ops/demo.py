@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--drain-minutes",
         type=float,
-        default=4.0,
-        help="time after the traffic for the last candidate's gate decision (default 4)",
+        default=8.0,
+        help="time after the traffic for the newest candidate's gate decision (default 8)",
     )
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where runs/<id>/ is written")
     args = parser.parse_args(argv)
