@@ -26,7 +26,7 @@ from learner.store import AdapterStore
 
 VERSIONS = {"improver": "v1", "honeypot": "v2", "destroyer": "v3", "drifter": "v4"}
 TEST_SUITES = {  # name -> (tasks, samples per task, max_tokens)
-    "target": (12, 2, 40),
+    "target": (24, 2, 40),
     "honeypot": (8, 1, 40),
     "format": (8, 1, 40),
     "general": (16, 1, 16),
