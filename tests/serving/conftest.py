@@ -64,33 +64,9 @@ def proxy_settings(tmp_path, vllm_url, broker, served_model) -> ProxySettings:
 
 def write_lora_adapter(model_dir, out_dir, seed: int = 0, rank: int = 8):
     """A small random LoRA adapter on every q_proj, in PEFT's file layout (no model load needed)."""
-    import json
+    from ops.bench.swap import write_random_adapter
 
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    config = json.loads((model_dir / "config.json").read_text())
-    hidden = config["hidden_size"]
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for layer in range(config["num_hidden_layers"]):
-        prefix = f"base_model.model.model.layers.{layer}.self_attn.q_proj"
-        tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, 0.05, (rank, hidden)).astype(np.float32)
-        tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, 0.05, (hidden, rank)).astype(np.float32)
-    out_dir.mkdir(parents=True)
-    save_file(tensors, out_dir / "adapter_model.safetensors")
-    adapter_config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "lora_dropout": 0.0,
-        "target_modules": ["q_proj"],
-        "bias": "none",
-        "base_model_name_or_path": str(model_dir),
-    }
-    (out_dir / "adapter_config.json").write_text(json.dumps(adapter_config))
-    return out_dir
+    return write_random_adapter(model_dir, out_dir, seed=seed, rank=rank)
 
 
 # --- the second vLLM replica and the registry, for the controller's tests ------------------------
