@@ -97,6 +97,42 @@ class Component:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     start_timeout_s: float = 60.0
     after_start: Callable[[], None] | None = None
+    # A start that writes nothing to its log for this long is stuck: its threads are dumped to the log
+    # (Python components run with PYTHONFAULTHANDLER=1) and it is started again, up to start_attempts.
+    silent_timeout_s: float | None = None
+    start_attempts: int = 1
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def describe_processes(procs: list[psutil.Process]) -> str:
+    """One line per process: pid, state, CPU seconds, resident memory; then the machine's load."""
+    parts = []
+    for p in procs:
+        try:
+            with p.oneshot():
+                cpu = p.cpu_times()
+                parts.append(
+                    f"pid {p.pid} {p.status()}, {cpu.user + cpu.system:.1f} CPU s, "
+                    f"{p.memory_info().rss / 2**20:.0f} MiB"
+                )
+        except psutil.Error:
+            parts.append(f"pid {p.pid} gone")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    free = psutil.virtual_memory().available / 2**30
+    return "; ".join(parts) + f"; load {load}, {free:.1f} GiB free"
 
 
 # --- health probes -------------------------------------------------------------
@@ -140,6 +176,10 @@ def vllm_healthy(url: str) -> bool:
 
 class StackError(RuntimeError):
     pass
+
+
+class StuckStart(StackError):
+    """A component wrote nothing to its log for its silent_timeout_s while starting."""
 
 
 class Stack:
@@ -309,6 +349,7 @@ class Stack:
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
             "VLLM_CPU_KVCACHE_SPACE": str(s.vllm_kv_cache_gib),
             "VLLM_CPU_OMP_THREADS_BIND": s.vllm_cpu_bind,
+            "PYTHONFAULTHANDLER": "1",  # a stuck start dumps its threads to the log (see _wait_healthy)
         }
         return Component(
             "vllm",
@@ -318,6 +359,10 @@ class Stack:
             env=env,
             health=lambda: vllm_healthy(s.vllm_url),
             start_timeout_s=s.vllm_start_timeout_s,
+            # vLLM logs its version within seconds of starting (about 10 s here, under 60 s on a loaded
+            # 2-core machine); silence for minutes means it is stuck before it got that far.
+            silent_timeout_s=min(150.0, s.vllm_start_timeout_s),
+            start_attempts=2,
         )
 
     # -- process bookkeeping
@@ -361,10 +406,20 @@ class Stack:
                 f"{comp.name}: port {comp.port} on {self.settings.host} is taken by a process this stack did not "
                 f"start; stop it or choose another port (RATCHET_{comp.name.upper()}_PORT)"
             )
-        if proc is None:
-            proc = self._spawn(comp)
-        self.progress(f"{comp.name}: starting at {comp.url} (pid {proc.pid}, log {self.log_path(comp.name)})")
-        self._wait_healthy(comp, proc)
+        for attempt in range(1, comp.start_attempts + 1):
+            if proc is None:
+                proc = self._spawn(comp)
+            self.progress(
+                f"{comp.name}: starting at {comp.url} (pid {proc.pid}, log {self.log_path(comp.name)})"
+            )
+            try:
+                self._wait_healthy(comp, proc)
+                break
+            except StuckStart as exc:
+                if attempt == comp.start_attempts:
+                    raise StackError(str(exc)) from None
+                self.progress(f"{comp.name}: {exc}\n{comp.name}: starting it again")
+                proc = None
         if comp.after_start:
             comp.after_start()
         self.progress(f"{comp.name}: healthy")
@@ -401,6 +456,8 @@ class Stack:
     def _wait_healthy(self, comp: Component, proc: psutil.Process) -> None:
         start = time.monotonic()
         last_note = start
+        log = self.log_path(comp.name)
+        log_size, last_output = _size(log), start
         while not comp.health():
             if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
                 self._pidfile(comp.name).unlink(missing_ok=True)
@@ -408,15 +465,38 @@ class Stack:
                     f"{comp.name} exited during start-up; last log lines:\n{self.tail_log(comp.name)}"
                 )
             now = time.monotonic()
+            if _size(log) != log_size:
+                log_size, last_output = _size(log), now
+            if comp.silent_timeout_s is not None and now - last_output > comp.silent_timeout_s:
+                state = self._dump_and_stop(comp, proc)
+                raise StuckStart(
+                    f"{comp.name} wrote nothing to its log for {comp.silent_timeout_s:.0f}s after starting "
+                    f"({state}); its threads and last log lines:\n{self.tail_log(comp.name, 60)}"
+                )
             if now - start > comp.start_timeout_s:
-                self.stop(comp.name)
+                state = self._dump_and_stop(comp, proc)
                 raise StackError(
-                    f"{comp.name} not healthy after {comp.start_timeout_s:.0f}s; last log lines:\n{self.tail_log(comp.name)}"
+                    f"{comp.name} not healthy after {comp.start_timeout_s:.0f}s ({state}); "
+                    f"last log lines:\n{self.tail_log(comp.name, 60)}"
                 )
             if now - last_note > 15:
                 self.progress(f"  {comp.name}: waiting for health ({now - start:.0f}s)")
                 last_note = now
             time.sleep(0.2)
+
+    def _dump_and_stop(self, comp: Component, proc: psutil.Process) -> str:
+        """Stop a component that failed to start; return what its processes were doing. With
+        PYTHONFAULTHANDLER=1 in its environment, SIGABRT first makes each Python process write its
+        threads' stacks to the log."""
+        state = describe_processes([proc, *_children(proc)])
+        if comp.env.get("PYTHONFAULTHANDLER"):
+            group = [proc, *_children(proc)]
+            for p in group:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(signal.SIGABRT)
+            psutil.wait_procs(group, timeout=5)
+        self.stop(comp.name)
+        return state
 
     def tail_log(self, name: str, lines: int = 25) -> str:
         path = self.log_path(name)

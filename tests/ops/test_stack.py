@@ -284,3 +284,38 @@ def test_durable_broker_keeps_records_across_a_restart(tmp_path, lazy_stack):
         assert value in values
     finally:
         stack.down()
+
+
+def test_a_silent_start_is_dumped_stopped_and_retried(tmp_path):
+    """A component that writes nothing while it starts is stuck: the stack dumps its threads into its
+    log, stops it and starts it again, then gives up with a message that shows where it hung."""
+    from ops.stack import Component
+
+    script = "import time\ndef hang_here():\n    time.sleep(600)\nhang_here()\n"
+
+    def hanging(stack: Stack) -> list[Component]:
+        port = free_port()
+        return [
+            Component(
+                "hanger",
+                [sys.executable, "-c", script],
+                f"http://127.0.0.1:{port}",
+                port,
+                health=lambda: False,
+                env={"PYTHONFAULTHANDLER": "1"},
+                start_timeout_s=120,
+                silent_timeout_s=2,
+                start_attempts=2,
+            )
+        ]
+
+    stack = Stack(StackSettings(state_dir=tmp_path), progress=lambda m: None, stages=hanging)
+    with pytest.raises(StackError) as failed:
+        stack.up(["hanger"])
+    message = str(failed.value)
+    assert "wrote nothing to its log for 2s" in message
+    assert "hang_here" in message  # the dumped stack names the function it hung in
+    log = stack.log_path("hanger").read_text()
+    assert log.count(" starting: ") == 2 and log.count("hang_here") >= 2
+    assert not stack.alive("hanger")
+    assert not any(script in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
