@@ -252,6 +252,15 @@ class Session(Record):
     def assistant_turns(self) -> list[AssistantTurn]:
         return [t for t in self.turns if isinstance(t, AssistantTurn)]
 
+    def stamped(self) -> bool:
+        """Whether its JSON gave every ``created_at`` (its own, the in-line outcome's and feedback's).
+        Only then does parsing that JSON again give this same session: a missing one defaults to
+        the time of parsing."""
+        return "created_at" in self.model_fields_set and all(
+            inline is None or "created_at" in inline.model_fields_set
+            for inline in (self.outcome, self.feedback)
+        )
+
 
 # --- rewarded session --------------------------------------------------------
 
@@ -306,6 +315,15 @@ class RewardedSession(Record):
                 if span.turn_id not in turn_ids:
                     raise ValueError(f"flag span names turn {span.turn_id!r}, which is not in the session")
         return self
+
+    def to_json(self, session_json: bytes | None = None) -> bytes:
+        """``session_json``: JSON of :attr:`session` that parses back to it (see
+        :meth:`Session.stamped`), e.g. the bytes it was ingested as; it is embedded verbatim instead
+        of serialising the session again (most of the cost)."""
+        if session_json is None:
+            return super().to_json()
+        rest = self.model_dump_json(exclude={"session"}).encode()
+        return b'%s,"session":%s}' % (rest[:-1], session_json)
 
 
 class DeadLetter(Record):

@@ -233,7 +233,9 @@ class RewardsStage:
                 continue
             self.metrics.rewarded(e.revision, rewarded.reward, [f.kind.value for f in rewarded.flags])
             headers = ((HEADER_EMITTED, emitted_header(sid, e.emitted)), self._worker_header)
-            outs.append(Out(topics.REWARDED, sid.encode(), rewarded.to_json(), e.partition, headers))
+            outs.append(
+                Out(topics.REWARDED, sid.encode(), rewarded.to_json(e.session_json), e.partition, headers)
+            )
         return outs
 
     def _dead_letter(self, rejection: Rejection) -> Out:

@@ -88,6 +88,7 @@ class Emission:
     feedback: tuple[Feedback, ...]  # late records; the in-line one stays in the session
     outcomes: tuple[Outcome, ...]
     emitted: Emitted
+    session_json: bytes | None = None  # JSON that parses back to ``session`` (see SessionCopy)
 
     @property
     def revision(self) -> int:
@@ -114,8 +115,10 @@ class Closed:
 
 @dataclass(slots=True)
 class SessionCopy:
-    """A joined session. Given its raw bytes, only those are kept once it was emitted (a parsed
-    session is several times larger); an amendment parses it again."""
+    """A joined session. Given its raw bytes, only JSON is kept once it was emitted (a parsed
+    session is several times larger); an amendment parses it again. That JSON is the raw bytes when
+    they parse back to the same session (:meth:`Session.stamped`), else the session serialised, so
+    that every revision carries the same session."""
 
     tenant: str
     inline: frozenset[Signal]
@@ -129,6 +132,8 @@ class SessionCopy:
             inline.add(("feedback", session.feedback.feedback_id))
         if session.outcome is not None:
             inline.add(("outcome", session.outcome.outcome_id))
+        if raw is not None and not session.stamped():
+            raw = session.to_json()
         return cls(session.tenant, frozenset(inline), raw, session)
 
     def get(self) -> Session:
@@ -341,6 +346,7 @@ class Partition:
             tuple(join.feedback.values()),
             tuple(join.outcomes.values()),
             join.emitted,
+            join.session.raw,
         )
 
     def ready(self) -> list[Emission]:

@@ -42,7 +42,21 @@ BatchHandler = Callable[[dict, int], Awaitable[None]]
 # --- faust, batch by batch ------------------------------------------------------------------
 
 
+class BatchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport):
+        consumer = super()._create_worker_consumer(transport)
+        # faust fixes the broker's long-poll at 1.5 s. aiokafka keeps one fetch in flight per broker,
+        # for the partitions whose fetched records are used up: when that fetch names only partitions
+        # at their end, the others wait behind it for the whole long-poll although the broker has
+        # their records. A short one bounds that stall.
+        consumer._fetch_max_wait_ms = self.app.fetch_max_wait_ms
+        return consumer
+
+
 class BatchConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> BatchConsumerThread:
+        return BatchConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
     async def _drain_messages(self, fetcher) -> None:
         consumer_stopped, fetcher_stopped = self._stopped.is_set, fetcher._stopped.is_set
         try:
@@ -66,6 +80,7 @@ class BatchApp(faust.App):
 
     on_batch: BatchHandler
     on_shutdown: Callable[[], Awaitable[None]] | None = None
+    fetch_max_wait_ms: int = 100  # the broker's long-poll (faust's own is 1500)
 
     def _new_transport(self):
         return BatchTransport(self.conf.broker_consumer, self)

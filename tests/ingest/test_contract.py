@@ -61,6 +61,31 @@ def test_rewarded_session_round_trip():
     assert parse(RewardedSession, rewarded.to_json()) == rewarded
 
 
+def test_rewarded_session_embeds_the_ingested_json_verbatim():
+    stamped = example_session(session_id="s-1", outcome=example_outcome("s-1", outcome_id="o-1")).to_json()
+    ingested = b'  {"tenant": "acme",' + stamped[1:] + b"\n"  # reordered, spaced: still the same session
+    session = parse(Session, ingested)
+    assert session.stamped()
+    rewarded = RewardedSession(
+        session_id=session.session_id, tenant=session.tenant, session=session, reward=1.0
+    )
+    spliced = rewarded.to_json(ingested)
+    assert ingested in spliced
+    assert parse(RewardedSession, spliced) == rewarded
+    assert json.loads(spliced) == json.loads(rewarded.to_json())
+
+
+def test_a_session_without_created_at_is_not_stamped():
+    whole = json.loads(
+        example_session(session_id="s-1", outcome=example_outcome("s-1", outcome_id="o-1")).to_json()
+    )
+    for drop in (whole, whole["outcome"]):
+        raw = dict(whole, outcome=dict(whole["outcome"]))
+        (raw if drop is whole else raw["outcome"]).pop("created_at")
+        assert not parse(Session, json.dumps(raw)).stamped()
+    assert parse(Session, json.dumps(whole)).stamped()
+
+
 def test_length_mismatch_names_both_fields():
     obj = session_dict()
     assistant(obj)["behaviour_logprobs"].pop()

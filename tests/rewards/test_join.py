@@ -1,5 +1,6 @@
 """The join state machine, without Kafka: emissions, amendments, orphans, offsets, restarts."""
 
+import json
 import random
 
 import pytest
@@ -268,3 +269,32 @@ def test_crashes_never_duplicate_or_lose_a_revision(seed):
         for before, after in zip(revisions, revisions[1:], strict=False):
             assert before.signals < after.signals, sid  # an amendment adds signals, never loses one
         assert revisions[-1].signals == signals[sid], sid  # the last revision has every signal
+
+
+def test_an_amendment_carries_the_same_session_as_revision_0():
+    """Kept as JSON between revisions, a session whose JSON omitted created_at (it defaults to the
+    time of parsing) is kept serialised, so every revision embeds the same session."""
+    from ingest.contract import Session, parse
+
+    whole = session("a", outcome=True).model_dump(mode="json")
+    whole.pop("created_at")
+    raw = json.dumps(whole).encode()
+    part = Partition(0, rules(expect_feedback=False), now_ms=0)
+    part.add_session(0, 0, parse(Session, raw), now_ms=0, raw=raw)
+    (first,) = part.ready()
+    part.add_feedback(0, SEC, example_feedback("a", feedback_id="f1"), now_ms=SEC)
+    (amendment,) = part.ready()
+    assert amendment.revision == 1
+    assert amendment.session == first.session
+    assert parse(Session, amendment.session_json) == first.session
+    assert first.session_json != raw  # serialised again, with the created_at it was given
+
+
+def test_a_stamped_session_is_kept_as_it_was_ingested():
+    raw = b" " + session("a", outcome=True).to_json()
+    part = Partition(0, rules(expect_feedback=False), now_ms=0)
+    from ingest.contract import Session, parse
+
+    part.add_session(0, 0, parse(Session, raw), now_ms=0, raw=raw)
+    (first,) = part.ready()
+    assert first.session_json == raw
