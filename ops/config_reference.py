@@ -333,6 +333,72 @@ def render() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def check_config(path: Path) -> list[str]:
+    """Problems of the TOML file ``path`` as every stage would read it: unknown tables, keys no
+    settings class reads where they stand (with the likeliest intended one), values of the wrong
+    type and values a class refuses. Empty when every key is read by some stage."""
+    import difflib
+    import tomllib
+
+    from ingest.config import ConfigError, load
+
+    try:
+        with Path(path).open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        return [f"{path}: cannot read it ({exc.strerror})"]
+    except tomllib.TOMLDecodeError as exc:
+        return [f"{path}: not valid TOML ({exc})"]
+    by_section: dict[str, set[str]] = {}
+    for entry in SETTINGS:
+        by_section.setdefault(entry.section, set()).update(f.name for f in dataclasses.fields(entry.cls))
+    every = set().union(*by_section.values())
+
+    def unknown(key: str, where: str, known: set[str]) -> str:
+        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        owners = [f"[{section}]" for section, keys in sorted(by_section.items()) if key in keys]
+        if owners:
+            hint = f"; it is a setting of {' and '.join(owners)}: move it there or to the top level"
+        else:
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+        return f"{path}: {where}{key!r} is not a setting any stage reads{hint}"
+
+    problems = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if key not in by_section:
+                problems.append(
+                    f"{path}: unknown table [{key}]; the tables are {', '.join(f'[{s}]' for s in sorted(by_section))}"
+                )
+                continue
+            for inner in value:
+                if inner not in by_section[key]:
+                    problems.append(unknown(inner, f"[{key}] ", by_section[key]))
+        elif key not in every:
+            problems.append(unknown(key, "", every))
+    for entry in SETTINGS:
+        try:
+            load(entry.cls, entry.section, env={"RATCHET_CONFIG": str(path)})
+        except ConfigError as exc:
+            problems.append(str(exc))
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{path} [{entry.section}]: {exc}")
+    return list(dict.fromkeys(problems))
+
+
+def require_valid_config() -> None:
+    """Raise :class:`ConfigError` listing the problems of the file ``RATCHET_CONFIG`` names, if any."""
+    from ingest.config import ConfigError
+
+    path = os.environ.get("RATCHET_CONFIG")
+    problems = check_config(Path(path).expanduser()) if path else []
+    if problems:
+        raise ConfigError(
+            "\n  ".join([f"{len(problems)} problem(s) in RATCHET_CONFIG:", *problems])
+            + "\n(`ratchet config check` lists them; docs/configuration.md has every setting)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ops.config_reference", description=__doc__.split("\n\n")[0]

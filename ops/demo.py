@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("RATCHET_CONFIG", str(DEMO_CONFIG))
+    from ingest.config import ConfigError
     from learner.store import version_number
+    from ops.config_reference import require_valid_config
     from ops.pipeline import load_settings, pipeline, routed_version
     from ops.report import log_report, write_report
     from ops.simulator import Simulator
@@ -173,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
+    try:
+        require_valid_config()
+    except ConfigError as exc:
+        print(f"ratchet demo: configuration error: {exc}", file=sys.stderr)
+        return 2
     stack_settings, ps = load_stack_settings(), load_settings()
     stack = pipeline(stack_settings, ps, progress=say)
     say(f"starting the loop (state in {stack_settings.state_dir}, config {os.environ['RATCHET_CONFIG']})")

@@ -17,8 +17,10 @@ def _pipeline():
 
 def up(args: argparse.Namespace) -> int:
     from ops.commands.stack import print_status
+    from ops.config_reference import require_valid_config
     from ops.stack import StackError
 
+    require_valid_config()  # a typo in the file would otherwise be ignored silently
     stack, _, _ = _pipeline()
     try:
         stack.up(args.only.split(",") if args.only else None)

@@ -1,0 +1,37 @@
+"""ratchet config check"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def check(args: argparse.Namespace) -> int:
+    from ops.config_reference import SETTINGS, check_config
+
+    path = args.file or os.environ.get("RATCHET_CONFIG")
+    if not path:
+        print("ratchet config check: name a file, or set RATCHET_CONFIG", file=sys.stderr)
+        return 2
+    problems = check_config(Path(path).expanduser())
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s); docs/configuration.md lists every setting", file=sys.stderr)
+        return 1
+    print(f"{path}: every key is read by a stage ({len(SETTINGS)} settings classes checked)")
+    return 0
+
+
+def register(sub) -> None:
+    config = sub.add_parser("config", help="the TOML configuration file")
+    actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser(
+        "check",
+        help="report unknown tables and keys (with the likeliest intended one), wrong types and refused "
+        "values; exit 1 if any",
+    )
+    p.add_argument("file", nargs="?", help="the TOML file (default: $RATCHET_CONFIG)")
+    p.set_defaults(func=check)
