@@ -386,15 +386,37 @@ def check_config(path: Path) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
+# RATCHET_* variables that are not settings: where the caches are, which venv the CLI runs from,
+# and the test suite's and the Makefile's own knobs.
+OTHER_ENV = {
+    ENV_PREFIX + name for name in ("CACHE", "APP_VENV", "TEST_STACK", "TEST_CANDIDATES", "DEMO_MINUTES")
+}
+
+
+def check_environment(env: dict[str, str] | None = None) -> list[str]:
+    """``RATCHET_*`` variables no stage reads, each with the likeliest intended one."""
+    import difflib
+
+    env = os.environ if env is None else env
+    known = env_names() | OTHER_ENV
+    problems = []
+    for name in sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known):
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        problems.append(f"environment {name} is not a setting any stage reads{hint}")
+    return problems
+
+
 def require_valid_config() -> None:
-    """Raise :class:`ConfigError` listing the problems of the file ``RATCHET_CONFIG`` names, if any."""
+    """Raise :class:`ConfigError` listing the problems of the ``RATCHET_*`` environment and of the
+    file ``RATCHET_CONFIG`` names, if any."""
     from ingest.config import ConfigError
 
     path = os.environ.get("RATCHET_CONFIG")
-    problems = check_config(Path(path).expanduser()) if path else []
+    problems = check_environment() + (check_config(Path(path).expanduser()) if path else [])
     if problems:
         raise ConfigError(
-            "\n  ".join([f"{len(problems)} problem(s) in RATCHET_CONFIG:", *problems])
+            "\n  ".join([f"{len(problems)} problem(s) in the configuration:", *problems])
             + "\n(`ratchet config check` lists them; docs/configuration.md has every setting)"
         )
 

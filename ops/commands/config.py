@@ -9,19 +9,19 @@ from pathlib import Path
 
 
 def check(args: argparse.Namespace) -> int:
-    from ops.config_reference import SETTINGS, check_config
+    from ops.config_reference import SETTINGS, check_config, check_environment
 
     path = args.file or os.environ.get("RATCHET_CONFIG")
-    if not path:
-        print("ratchet config check: name a file, or set RATCHET_CONFIG", file=sys.stderr)
-        return 2
-    problems = check_config(Path(path).expanduser())
+    problems = check_environment() + (check_config(Path(path).expanduser()) if path else [])
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
         print(f"{len(problems)} problem(s); docs/configuration.md lists every setting", file=sys.stderr)
         return 1
-    print(f"{path}: every key is read by a stage ({len(SETTINGS)} settings classes checked)")
+    checked = (
+        f"{path} and the RATCHET_* environment" if path else "the RATCHET_* environment (no RATCHET_CONFIG)"
+    )
+    print(f"{checked}: every setting is read by a stage ({len(SETTINGS)} settings classes)")
     return 0
 
 
@@ -30,8 +30,8 @@ def register(sub) -> None:
     actions = config.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser(
         "check",
-        help="report unknown tables and keys (with the likeliest intended one), wrong types and refused "
-        "values; exit 1 if any",
+        help="report unknown RATCHET_* variables, unknown tables and keys (with the likeliest intended "
+        "one), wrong types and refused values; exit 1 if any",
     )
     p.add_argument("file", nargs="?", help="the TOML file (default: $RATCHET_CONFIG)")
     p.set_defaults(func=check)

@@ -71,7 +71,18 @@ def test_cli_check_exit_codes(tmp_path):
     bad = run_cli(["config", "check"], tmp_path, write(tmp_path, "lora_rnak = 4\n"))
     assert bad.returncode == 1
     assert "did you mean 'lora_rank'" in bad.stderr
-    assert run_cli(["config", "check"], tmp_path, None).returncode == 2
+    assert run_cli(["config", "check"], tmp_path, None).returncode == 0  # the environment alone
+
+
+def test_misspelled_environment_variables_are_problems():
+    from ops.config_reference import check_environment
+
+    problems = check_environment(
+        {"RATCHET_KAFKA_BOOTSTRAPS": "b:9092", "RATCHET_CACHE": "/c", "PATH": "/bin"}
+    )
+    assert problems == [
+        "environment RATCHET_KAFKA_BOOTSTRAPS is not a setting any stage reads; did you mean RATCHET_KAFKA_BOOTSTRAP?"
+    ]
 
 
 def test_up_refuses_a_file_with_a_problem_before_starting_anything(tmp_path):
