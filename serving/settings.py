@@ -78,6 +78,7 @@ class ControllerSettings:
     retry_failed_s: float = 10.0  # a version that failed to load or verify on a replica is retried after this
     replica_timeout_s: float = 60.0  # admin calls and probe requests to a replica
     controller_metrics_port: int = 18300  # Prometheus /metrics of `ratchet serving run`; 0: off
+    controller_metrics_host: str = "127.0.0.1"  # bind address of that /metrics (0.0.0.0 for a scraper)
 
     @property
     def routes_path(self) -> Path:

@@ -40,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with controller.exclusive():
             if settings.controller_metrics_port:
-                start_http_server(settings.controller_metrics_port, "127.0.0.1", controller.metrics.registry)
+                start_http_server(
+                    settings.controller_metrics_port,
+                    settings.controller_metrics_host,
+                    controller.metrics.registry,
+                )
             if args.once:
                 controller.reconcile()
                 controller.reconcile()  # the second pass unloads what the first one drained
