@@ -16,6 +16,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import difflib
 import inspect
 import io
 import os
@@ -337,7 +338,6 @@ def check_config(path: Path) -> list[str]:
     """Problems of the TOML file ``path`` as every stage would read it: unknown tables, keys no
     settings class reads where they stand (with the likeliest intended one), values of the wrong
     type and values a class refuses. Empty when every key is read by some stage."""
-    import difflib
     import tomllib
 
     from ingest.config import ConfigError, load
@@ -395,7 +395,6 @@ OTHER_ENV = {
 
 def check_environment(env: dict[str, str] | None = None) -> list[str]:
     """``RATCHET_*`` variables no stage reads, each with the likeliest intended one."""
-    import difflib
 
     env = os.environ if env is None else env
     known = env_names() | OTHER_ENV
@@ -407,13 +406,18 @@ def check_environment(env: dict[str, str] | None = None) -> list[str]:
     return problems
 
 
+def config_problems(path: str | None = None) -> list[str]:
+    """Problems of the ``RATCHET_*`` environment and of the TOML file ``path`` (default: the one
+    ``RATCHET_CONFIG`` names, if any)."""
+    path = path or os.environ.get("RATCHET_CONFIG")
+    return check_environment() + (check_config(Path(path).expanduser()) if path else [])
+
+
 def require_valid_config() -> None:
-    """Raise :class:`ConfigError` listing the problems of the ``RATCHET_*`` environment and of the
-    file ``RATCHET_CONFIG`` names, if any."""
+    """Raise :class:`ConfigError` listing :func:`config_problems`, if any."""
     from ingest.config import ConfigError
 
-    path = os.environ.get("RATCHET_CONFIG")
-    problems = check_environment() + (check_config(Path(path).expanduser()) if path else [])
+    problems = config_problems()
     if problems:
         raise ConfigError(
             "\n  ".join([f"{len(problems)} problem(s) in the configuration:", *problems])

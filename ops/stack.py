@@ -138,6 +138,13 @@ def describe_processes(procs: list[psutil.Process]) -> str:
 # --- health probes -------------------------------------------------------------
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (for private stacks, benchmarks and tests)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -417,7 +424,7 @@ class Stack:
                 break
             except StuckStart as exc:
                 if attempt == comp.start_attempts:
-                    raise StackError(str(exc)) from None
+                    raise
                 self.progress(f"{comp.name}: {exc}\n{comp.name}: starting it again")
                 proc = None
         if comp.after_start:
@@ -465,8 +472,8 @@ class Stack:
                     f"{comp.name} exited during start-up; last log lines:\n{self.tail_log(comp.name)}"
                 )
             now = time.monotonic()
-            if _size(log) != log_size:
-                log_size, last_output = _size(log), now
+            if (size := _size(log)) != log_size:
+                log_size, last_output = size, now
             if comp.silent_timeout_s is not None and now - last_output > comp.silent_timeout_s:
                 state = self._dump_and_stop(comp, proc)
                 raise StuckStart(
@@ -488,9 +495,9 @@ class Stack:
         """Stop a component that failed to start; return what its processes were doing. With
         PYTHONFAULTHANDLER=1 in its environment, SIGABRT first makes each Python process write its
         threads' stacks to the log."""
-        state = describe_processes([proc, *_children(proc)])
+        group = [proc, *_children(proc)]
+        state = describe_processes(group)
         if comp.env.get("PYTHONFAULTHANDLER"):
-            group = [proc, *_children(proc)]
             for p in group:
                 with contextlib.suppress(psutil.Error):
                     p.send_signal(signal.SIGABRT)

@@ -8,19 +8,12 @@ only needs the broker never waits for vLLM.
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
-from ops.stack import QUIET_ENV, Stack, StackSettings, load_settings
+from ops.stack import QUIET_ENV, Stack, StackSettings, free_port, load_settings
 
 os.environ.update(QUIET_ENV)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LazyStack:

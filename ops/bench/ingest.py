@@ -82,14 +82,6 @@ def session_lines(run: str, count: int, target_bytes: int, variants: int = 64) -
     return [templates[i % variants].replace(placeholder, f"{run}-{i:09d}".encode()) for i in range(count)]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_server(bootstrap: str, port: int, workers: int) -> subprocess.Popen:
     env = {**os.environ, "RATCHET_KAFKA_BOOTSTRAP": bootstrap, "RATCHET_INGEST_TOKENS": f"{TENANT}={TOKEN}"}
     argv = [sys.executable, "-m", "ops.cli", "ingest", "serve", "--port", str(port), "--no-access-log"]
@@ -197,7 +189,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bootstrap", help="use this broker instead of a private one")
     args = parser.parse_args(argv)
 
-    from ops.stack import Stack, StackSettings, load_settings
+    from ops.stack import Stack, StackSettings, free_port, load_settings
 
     run = f"bench-{uuid.uuid4().hex[:8]}"
     pool = session_lines(run, 20_000, args.session_bytes)

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import select
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest import topics
 from ingest.examples import example_outcome, example_session
-from ops.stack import REPO, Stack, StackSettings
+from ops.stack import REPO, Stack, StackSettings, free_port
 from rewards.stream_io import HEADER_MARKER
 
 PARTITIONS = 4
@@ -49,12 +48,6 @@ SOURCE = "bench.in.v1"  # the bare loop's input: the same values as sessions.v1
 SCRATCH = "bench.raw.v1"
 TARGET_RATIO = 0.5
 ASSIGNED = re.compile(rb"assigned partitions \[([0-9, ]*)\] \(generation (-?\d+)\)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def bench_sessions(n: int) -> list[tuple[bytes, bytes]]:

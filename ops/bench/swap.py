@@ -34,14 +34,6 @@ import httpx
 import numpy as np
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def write_random_adapter(model_dir: Path, out_dir: Path, seed: int, rank: int = 8) -> Path:
     """A LoRA adapter with random weights on every q_proj, in PEFT's file layout."""
     from safetensors.numpy import save_file
@@ -148,7 +140,7 @@ def main(argv: list[str]) -> int:
 
     from learner.store import AdapterStore
     from ops.model import prepare_model
-    from ops.stack import QUIET_ENV, Stack, StackSettings, load_settings, vllm_healthy
+    from ops.stack import QUIET_ENV, Stack, StackSettings, free_port, load_settings, vllm_healthy
     from serving.vllm_admin import VLLMClient, VLLMError
 
     base = load_settings()

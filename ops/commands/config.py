@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 
 def check(args: argparse.Namespace) -> int:
-    from ops.config_reference import SETTINGS, check_config, check_environment
+    from ops.config_reference import SETTINGS, config_problems
 
     path = args.file or os.environ.get("RATCHET_CONFIG")
-    problems = check_environment() + (check_config(Path(path).expanduser()) if path else [])
+    problems = config_problems(path)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:

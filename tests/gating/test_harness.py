@@ -1,17 +1,11 @@
 import dataclasses
-import socket
 
 import pytest
 
 from gating.harness import Harness, HarnessError, Policy
 from gating.suites import load_suite
+from ops.stack import free_port
 from tests.gating.conftest import read_jsonl
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_an_unreachable_vllm_stops_the_run_instead_of_failing_tasks(tmp_path):
