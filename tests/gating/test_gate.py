@@ -110,7 +110,9 @@ def test_a_candidate_that_lost_general_capability_is_rejected(make_gate):
         entry.metrics["general.pass"]
         < entry.metrics["champion.general.pass"] - gate.settings.tolerance_general
     )
-    assert "target_gain" not in codes(entry)  # it kept the target: general capability alone sank it
+    # It kept its target gain (it is the improver, trained further): general capability sank it. Whether
+    # that gain also clears the promotion bound is left to sampling (24 tasks at temperature 0.7).
+    assert entry.metrics["target.pass_at_1"] > entry.metrics["champion.target.pass_at_1"]
     assert gate.log.state() == State(None, "v3")
     assert gate.registry.aliases() == {"challenger": "v3"}
     tags = gate.registry.run(entry.run_id).data.tags
