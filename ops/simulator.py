@@ -56,6 +56,9 @@ class SimulatorSettings:
     sim_feedback_rate: float = 0.5  # share of sessions a simulated user judges
     sim_feedback_noise: float = 0.1  # chance the user's verdict is the wrong one
     sim_seed: int = 0  # seed of the task draw and the simulated user
+    sim_retry_max_s: float = (
+        30.0  # after a failed request an agent waits 1, 2, 4 ... s, at most this, before its next session
+    )
 
 
 def load_settings(**overrides) -> SimulatorSettings:
@@ -222,6 +225,7 @@ class Simulator:
 
             async def worker() -> None:
                 nonlocal started, last_note
+                backoff = 0.0
                 while more():
                     if not queue:
                         queue.extend(self._next_group())
@@ -229,8 +233,14 @@ class Simulator:
                     started += 1
                     try:
                         self.results.append(await self.session(http, task))
+                        backoff = 0.0
                     except httpx.HTTPError as exc:
+                        # e.g. 503 while the controller restores the routed version after a restart:
+                        # back off as a real client does instead of failing hundreds of sessions
                         self.errors[type(exc).__name__] += 1
+                        backoff = min(max(1.0, 2 * backoff), self.settings.sim_retry_max_s)
+                        left = deadline - time.monotonic() if deadline is not None else backoff
+                        await asyncio.sleep(max(0.0, min(backoff, left)))
                     if time.monotonic() - last_note > 30:
                         last_note = time.monotonic()
                         self.progress(self.summary())
