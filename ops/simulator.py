@@ -56,9 +56,7 @@ class SimulatorSettings:
     sim_feedback_rate: float = 0.5  # share of sessions a simulated user judges
     sim_feedback_noise: float = 0.1  # chance the user's verdict is the wrong one
     sim_seed: int = 0  # seed of the task draw and the simulated user
-    sim_retry_max_s: float = (
-        30.0  # after a failed request an agent waits 1, 2, 4 ... s, at most this, before its next session
-    )
+    sim_retry_max_s: float = 30.0  # after a failed request: waits of 1, 2, 4 ... s, at most this
 
 
 def load_settings(**overrides) -> SimulatorSettings:
