@@ -112,9 +112,34 @@ class PolicyRef(Record):
 
 
 class SamplingParams(Record):
+    """What the engine sampled with: a learner reproduces only temperature-scaled sampling, so a turn
+    with nucleus/top-k/min-p truncation, penalties or greedy decoding carries no loss."""
+
     temperature: NonNegFloat = 1.0
     top_p: Annotated[float, Strict(), Field(gt=0.0, le=1.0)] = 1.0
+    top_k: Annotated[int, Strict(), Field(ge=-1)] = -1  # -1 or 0: no top-k
+    min_p: Annotated[float, Strict(), Field(ge=0.0, le=1.0)] = 0.0
+    presence_penalty: Annotated[float, Strict(), Field(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Strict(), Field(ge=-2.0, le=2.0)] = 0.0
+    repetition_penalty: Annotated[float, Strict(), Field(gt=0.0)] = 1.0
     max_tokens: NonNegInt | None = None
+
+    def unreproducible(self) -> str | None:
+        """Why a trainer cannot recompute the distribution these tokens were drawn from, or None."""
+        if self.temperature == 0.0:
+            return "greedy"
+        for name, neutral in (
+            ("top_p", 1.0),
+            ("min_p", 0.0),
+            ("presence_penalty", 0.0),
+            ("frequency_penalty", 0.0),
+            ("repetition_penalty", 1.0),
+        ):
+            if getattr(self, name) != neutral:
+                return name
+        if self.top_k not in (-1, 0):
+            return "top_k"
+        return None
 
 
 class AssistantTurn(Record):
@@ -217,7 +242,8 @@ class Session(Record):
     schema_version: Literal[1] = SCHEMA_VERSION
     session_id: Id
     tenant: Id
-    task_id: Id | None = None
+    task_id: Id | None = None  # sessions of one task form a group (retries, samples of one prompt)
+    task_family: Id | None = None  # tasks of one kind share a running reward baseline
     policy: PolicyRef
     turns: Annotated[list[Turn], Field(min_length=1, max_length=MAX_TURNS)]
     status: SessionStatus

@@ -12,12 +12,15 @@ A fresh session is skipped with a counted reason when it is ``excluded``,
 carries a hack flag whose action is ``exclude`` (``hack_excluded``), was
 served by an adapter version the store does not hold (``unknown_version``),
 is more than ``max_staleness`` versions behind the learner's latest published
-version (``stale``; the base model counts as version 0), has a turn longer
-than ``max_row_tokens`` (``too_long``), or has no action token left after
-masking (``no_action_tokens``).
+version or was recorded more than ``max_staleness_s`` ago (``stale``; the base
+model counts as version 0), has a turn longer than ``max_row_tokens``
+(``too_long``), was sampled only in ways a trainer cannot recompute
+(``unreproducible_sampling``: greedy, top-p/top-k/min-p truncation, penalties),
+or has no action token left after masking (``no_action_tokens``). A single
+turn sampled that way carries no loss, and the ledger names it with its reason.
 
-No signal, no update: when two or more fresh sessions of a micro-batch all
-carry the same reward (``skip_uniform_batches``), or every advantage left is
+No signal, no update: when two or more fresh sessions of a micro-batch differ
+in nothing but cost (``skip_uniform_batches``), or every advantage left is
 zero (an all-equal group, a family still without a baseline), the batch takes
 no optimisation step and its sessions are recorded as ``no_signal``.
 
@@ -27,10 +30,13 @@ contributed is reached by training it once more with the *difference*::
 
     A_t(correction) = A_new·keep_new(t) − A_trained·keep_trained(t)
 
-where ``A_new`` is the revised reward scored against the baseline and scale
+where ``A_new`` is the revised signals scored against the baselines and scale
 used when the session was trained, and ``keep(t)`` is 1 on the action tokens
 each revision left unmasked (0 everywhere for an excluded revision, which so
-undoes the earlier update). The correction obeys the same staleness bound as
+undoes the earlier update). A correction can be negative (a late reject of a
+session trained as a success): it is applied as it is, whatever
+``negative_advantage_weight`` says, because it withdraws an update that was
+made rather than learning from a failure. The correction obeys the same staleness bound as
 fresh sessions (a too-old amendment is dropped as ``stale``, and the earlier
 update stands), updates no baseline, and becomes the session's trained
 revision. A revision that arrives while an older one waits in the same
@@ -48,7 +54,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ingest.contract import AssistantTurn, LogprobsMode, RewardedSession
-from learner.advantages import Advantage, AdvantageParams, Baselines, Scored, amended, score, task_family
+from learner.advantages import Advantage, AdvantageParams, Baselines, amended, score, scored, signals
 from learner.store import version_number
 
 BASE = None  # adapter version of the base model
@@ -124,18 +130,24 @@ def staleness(rs: RewardedSession, parent: str | None) -> int:
     return max(0, now - oldest)
 
 
-def check(
-    rs: RewardedSession, parent: str | None, known_versions: set[str], max_staleness: int, max_row_tokens: int
-) -> str | None:
+def age_s(rs: RewardedSession, now: float) -> float:
+    """Seconds since the session was recorded."""
+    return max(0.0, now - rs.session.created_at.timestamp())
+
+
+def check(rs: RewardedSession, limits: Limits) -> str | None:
     """Why a session cannot be trained now (exclusion aside), or None."""
-    for turn in rs.session.assistant_turns():
+    turns = rs.session.assistant_turns()
+    for turn in turns:
         version = served_version(rs, turn)
-        if version is not None and version not in known_versions:
+        if version is not None and version not in limits.known_versions:
             return "unknown_version"
-        if len(turn.prompt_token_ids) + len(turn.completion_token_ids) > max_row_tokens:
+        if len(turn.prompt_token_ids) + len(turn.completion_token_ids) > limits.max_row_tokens:
             return "too_long"
-    if staleness(rs, parent) > max_staleness:
+    if staleness(rs, limits.parent) > limits.max_staleness or age_s(rs, limits.now) > limits.max_staleness_s:
         return "stale"
+    if all(turn.sampling.unreproducible() for turn in turns):
+        return "unreproducible_sampling"
     return None
 
 
@@ -149,14 +161,16 @@ class Row:
     behaviour_logprobs: list[float]
     mask: list[bool]  # completion tokens that may carry loss
     advantages: list[float]
-    temperature: float  # 0 (greedy) is treated as 1
+    temperature: float
     processed: bool  # behaviour logprobs are of the tempered distribution
     version: str | None  # the adapter version that served it
     staleness: int = 0
 
 
 def _keep(turn: AssistantTurn, spans: tuple[tuple[str, int, int], ...]) -> list[bool]:
-    keep = [True] * len(turn.completion_token_ids)
+    """The completion tokens that may carry loss: none of a turn whose sampling cannot be
+    reproduced, none in a masked span."""
+    keep = [turn.sampling.unreproducible() is None] * len(turn.completion_token_ids)
     for turn_id, start, end in spans:
         if turn_id == turn.turn_id:
             for t in range(start, min(end, len(keep))):
@@ -192,7 +206,7 @@ def rows_of(
                 behaviour_logprobs=list(turn.behaviour_logprobs),
                 mask=mask,
                 advantages=adv,
-                temperature=turn.sampling.temperature or 1.0,
+                temperature=turn.sampling.temperature or 1.0,  # a greedy turn carries no loss
                 processed=turn.logprobs_mode == LogprobsMode.PROCESSED,
                 version=version,
                 staleness=max(
@@ -221,6 +235,22 @@ class Padded:
     temperature_B: torch.Tensor
     processed_B: torch.Tensor
     versions: list[str | None] = field(default_factory=list)
+
+    def select(self, rows: list[int]) -> Padded:
+        """These rows (repeats allowed), in this order."""
+        index_R = torch.tensor(rows)
+        return Padded(
+            prompt_ids_B_P=self.prompt_ids_B_P[index_R],
+            prompt_mask_B_P=self.prompt_mask_B_P[index_R],
+            completion_ids_B_C=self.completion_ids_B_C[index_R],
+            completion_mask_B_C=self.completion_mask_B_C[index_R],
+            loss_mask_B_C=self.loss_mask_B_C[index_R],
+            advantages_B_C=self.advantages_B_C[index_R],
+            behaviour_logprobs_B_C=self.behaviour_logprobs_B_C[index_R],
+            temperature_B=self.temperature_B[index_R],
+            processed_B=self.processed_B[index_R],
+            versions=[self.versions[r] for r in rows],
+        )
 
     @property
     def action_tokens(self) -> int:
@@ -271,6 +301,8 @@ class Limits:
     known_versions: frozenset[str]  # versions in the adapter store
     max_staleness: int
     max_row_tokens: int
+    max_staleness_s: float = float("inf")  # sessions recorded longer ago than this are stale
+    now: float = 0.0  # the clock (seconds since the epoch), passed in
 
 
 @dataclass(frozen=True)
@@ -288,6 +320,11 @@ class Outcome:
         excluded = is_excluded(self.rewarded) is not None
         return Trained(self.rewarded.revision, self.advantage, masked_spans(self.rewarded), excluded)
 
+    def unreproducible(self) -> dict[str, str]:
+        """Turns that carried no loss because their sampling cannot be recomputed, with the reason."""
+        turns = self.rewarded.session.assistant_turns()
+        return {t.turn_id: why for t in turns if (why := t.sampling.unreproducible())}
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -295,6 +332,16 @@ class Plan:
     outcomes: list[Outcome]  # one per record, in input order
     baselines: Baselines
     train: bool  # the rows carry a signal: take an optimisation step
+
+
+def _uniform(signals_N: list[dict[str, float]]) -> bool:
+    """The sessions differ in nothing but cost: no signal worth an update."""
+    values: dict[str, set[float]] = {}
+    for item in signals_N:
+        for name, value in item.items():
+            if name != "cost":
+                values.setdefault(name, set()).add(value)
+    return all(len(v) <= 1 for v in values.values())
 
 
 def plan(
@@ -316,9 +363,7 @@ def plan(
         if reason is None and item.kind == "fresh":
             reason = is_excluded(rs)
         if reason is None:
-            reason = check(
-                rs, limits.parent, set(limits.known_versions), limits.max_staleness, limits.max_row_tokens
-            )
+            reason = check(rs, limits)
         if reason is not None:
             outcomes[i] = Outcome(rs, reason)
         elif item.kind == "fresh":
@@ -326,13 +371,9 @@ def plan(
         else:
             amendments.append((i, item.previous))
 
-    scored = [
-        Scored(batch[i].tenant, batch[i].session.task_id, task_family(batch[i].session), batch[i].reward)
-        for i in fresh
-    ]
-    advantages, baselines = score(scored, baselines, params)
-    rewards = {s.reward for s in scored}
-    uniform = skip_uniform and len(scored) >= 2 and len(rewards) == 1
+    items = [scored(batch[i]) for i in fresh]
+    advantages, baselines = score(items, baselines, params)
+    uniform = skip_uniform and len(items) >= 2 and _uniform([item.signals for item in items])
 
     rows: list[Row] = []
     planned: list[tuple[int, str, Advantage]] = []
@@ -350,7 +391,7 @@ def plan(
         if is_excluded(rs):
             adv = replace(previous.advantage, value=0.0)
         else:
-            adv = amended(previous.advantage, rs.reward, params)
+            adv = amended(previous.advantage, signals(rs), params)
         rows += rows_of(rs, adv.value, limits.parent, previous)
         planned.append((i, "amended", adv))
 

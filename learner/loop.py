@@ -62,7 +62,7 @@ def ledger_index(entries: list[dict[str, Any]]) -> tuple[dict[str, Trained], set
         if e["outcome"] in ("trained", "amended"):
             masked = tuple(tuple(span) for span in e["masked"])
             trained[e["session_id"]] = Trained(
-                e["revision"], Advantage(**e["advantage"]), masked, e["excluded"]
+                e["revision"], Advantage.of(e["advantage"]), masked, e["excluded"]
             )
     return trained, seen
 
@@ -86,6 +86,7 @@ def ledger_entry(
         "masked": [list(s) for s in trained.masked] if trained else [],
         "excluded": trained.excluded if trained else False,
         "staleness": outcome.staleness,
+        "unreproducible": outcome.unreproducible(),
     }
 
 
@@ -173,6 +174,8 @@ class Learner:
             known_versions=frozenset(self.store.versions()),
             max_staleness=s.max_staleness,
             max_row_tokens=s.max_row_tokens,
+            max_staleness_s=s.max_staleness_s,
+            now=time.time(),
         )
         baselines = {k: FamilyStats(**v) for k, v in self.state.baselines.items()}
         return plan(

@@ -45,15 +45,17 @@ class LearnerSettings:
     max_row_tokens: int = 4096  # a turn longer than this is skipped (too_long)
     quality_check: bool = True  # great-expectations check of each micro-batch (ingest.quality)
     # objective
-    mismatch_cap: float = 2.0  # C: cap of the mismatch weight pi_train(v_old) / pi_vllm(v_old)
+    weight_cap: float = 2.0  # C: truncation of the importance weight pi_prox / pi_vllm (policy lag)
     mismatch_log_bound: float = 0.5  # delta: a token whose |log mismatch weight| exceeds it carries no loss
     eps_low: float = 0.2  # lower clip of the staleness ratio: 1 - eps_low
     eps_high: float = 0.28  # upper clip of the staleness ratio: 1 + eps_high
     kl_coef: float = 0.02  # beta: weight of the KL anchor to the base model
     max_staleness: int = 4  # K: sessions more than K adapter versions old are dropped
+    max_staleness_s: float = 3600.0  # ... and sessions recorded longer ago than this (seconds)
     # advantages
     baseline_decay: float = 0.95  # decay of the running reward mean and variance per task family
-    baseline_min_count: int = 4  # a family's single sessions get advantage 0 until it has this many rewards
+    baseline_min_count: int = 4  # a family's signal is a baseline once it has this many values
+    max_baselines: int = 4096  # running (family, signal) statistics kept, least recently updated dropped
     advantage_std_floor: float = 0.1  # advantages are divided by max(std, this)
     advantage_clip: float = 5.0  # advantages are clipped to [-this, this]
     negative_advantage_weight: float = (
@@ -71,7 +73,7 @@ class LearnerSettings:
 
     def objective_params(self) -> ObjectiveParams:
         return ObjectiveParams(
-            mismatch_cap=self.mismatch_cap,
+            weight_cap=self.weight_cap,
             mismatch_log_bound=self.mismatch_log_bound,
             eps_low=self.eps_low,
             eps_high=self.eps_high,
@@ -85,6 +87,7 @@ class LearnerSettings:
             std_floor=self.advantage_std_floor,
             clip=self.advantage_clip,
             negative_weight=self.negative_advantage_weight,
+            max_baselines=self.max_baselines,
         )
 
 

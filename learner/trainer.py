@@ -2,17 +2,16 @@
 
 One PEFT model holds the trainable adapter (``default``) and, frozen, the
 recent store versions that served sessions (named by version, an LRU of
-``adapter_cache_size``). π_train(v_old) and π_base come from one no-gradient
-mixed-adapter forward (PEFT ``adapter_names``; ``__base__`` is the adapter
-disabled); π_θ from a forward with gradient.
+``adapter_cache_size``). π_train(v_old) and the base model's logits come from
+one no-gradient mixed-adapter forward (PEFT ``adapter_names``; ``__base__`` is
+the adapter disabled); π_θ from a forward with gradient through prompt and
+completion, whose first epoch is also the proximal policy π_prox.
 
-Prompts are run without gradient and their KV cache is reused for the
-completion, so the gradient flows through the completion positions only (the
-logprob values are exact). Temperature: vLLM's ``processed`` logprobs are of
-the tempered distribution the tokens were drawn from, so π_train(v_old) is
-compared with them at that temperature; ``raw`` logprobs are compared at
-temperature 1. The ratio π_θ / π_train(v_old) and the KL anchor always use the
-sampling temperature: the policy being improved is the one that samples.
+Temperature: vLLM's ``processed`` logprobs are of the tempered distribution the
+tokens were drawn from, so π_train(v_old) is compared with them at that
+temperature; ``raw`` logprobs are compared at temperature 1. The ratio, the
+importance weight and the KL anchor use the sampling temperature: the policy
+being improved is the one that samples.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 from learner.batching import Padded
-from learner.objective import ObjectiveParams, TokenTensors, objective
+from learner.objective import ObjectiveParams, TokenTensors, exact_kl, objective
 from learner.settings import LearnerSettings
 from learner.store import AdapterStore
 
@@ -70,7 +69,13 @@ def token_logprobs(
 def completion_logits(
     model, batch: Padded, adapter_names: list[str] | None = None, grad: bool = False
 ) -> torch.Tensor:
-    """Logits predicting each completion token, [B, C, V]; the prompt runs without gradient."""
+    """Logits predicting each completion token, [B, C, V], with gradient through prompt and completion.
+
+    Rows that share a prompt (a task's group, a conversation's earlier turns) run it
+    once: its keys and values are computed for each distinct (prompt, adapter), with
+    gradient when ``grad``, and expanded to the rows; the backward pass sums the rows'
+    gradients into it, so the result equals a full forward of each row.
+    """
     prompt_ids_B_P, prompt_mask_B_P = batch.prompt_ids_B_P, batch.prompt_mask_B_P
     completion_ids_B_C, completion_mask_B_C = batch.completion_ids_B_C, batch.completion_mask_B_C.long()
     B, P = prompt_ids_B_P.shape
@@ -78,14 +83,13 @@ def completion_logits(
     extra = {} if adapter_names is None else {"adapter_names": adapter_names}
     head_mask_B_H = prompt_mask_B_P[:, :-1]
     past = None
-    if P > 1:
-        # Sessions of one task share their first prompt: run each distinct (prompt, adapter) once.
-        unique_U, inverse_B = _distinct_rows(prompt_ids_B_P[:, :-1], head_mask_B_H, adapter_names)
-        head_ids_U_H, head_mask_U_H = prompt_ids_B_P[unique_U, :-1], head_mask_B_H[unique_U]
-        unique_extra = (
-            {} if adapter_names is None else {"adapter_names": [adapter_names[u] for u in unique_U]}
-        )
-        with torch.no_grad():
+    with torch.set_grad_enabled(grad):
+        if P > 1:
+            unique_U, inverse_B = _distinct_rows(prompt_ids_B_P[:, :-1], head_mask_B_H, adapter_names)
+            head_ids_U_H, head_mask_U_H = prompt_ids_B_P[unique_U, :-1], head_mask_B_H[unique_U]
+            unique_extra = (
+                {} if adapter_names is None else {"adapter_names": [adapter_names[u] for u in unique_U]}
+            )
             past = model(
                 input_ids=head_ids_U_H,
                 attention_mask=head_mask_U_H,
@@ -94,16 +98,15 @@ def completion_logits(
                 logits_to_keep=1,
                 **unique_extra,
             ).past_key_values
-        if len(unique_U) < B:
-            from transformers import DynamicCache
+            if len(unique_U) < B:
+                from transformers import DynamicCache
 
-            past = DynamicCache(
-                ddp_cache_data=[(layer.keys[inverse_B], layer.values[inverse_B]) for layer in past.layers]
-            )
-    tail_ids_B_C = torch.cat([prompt_ids_B_P[:, -1:], completion_ids_B_C[:, :-1]], dim=1)
-    tail_mask_B_C = torch.cat([torch.ones(B, 1, dtype=torch.long), completion_mask_B_C[:, :-1]], dim=1)
-    position_B_C = prompt_mask_B_P.sum(1, keepdim=True) - 1 + torch.arange(C)[None, :]
-    with torch.set_grad_enabled(grad):
+                past = DynamicCache(
+                    ddp_cache_data=[(layer.keys[inverse_B], layer.values[inverse_B]) for layer in past.layers]
+                )
+        tail_ids_B_C = torch.cat([prompt_ids_B_P[:, -1:], completion_ids_B_C[:, :-1]], dim=1)
+        tail_mask_B_C = torch.cat([torch.ones(B, 1, dtype=torch.long), completion_mask_B_C[:, :-1]], dim=1)
+        position_B_C = prompt_mask_B_P.sum(1, keepdim=True) - 1 + torch.arange(C)[None, :]
         out = model(
             input_ids=tail_ids_B_C,
             attention_mask=torch.cat([head_mask_B_H, tail_mask_B_C], dim=1),
@@ -112,7 +115,7 @@ def completion_logits(
             use_cache=past is not None,
             **extra,
         )
-    return out.logits.float()
+    return out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
 
 
 def _distinct_rows(
@@ -166,11 +169,9 @@ class Trainer:
             self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
 
-    def reference_logprobs(
-        self, batch: Padded, with_base: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """π_train(v_old) at the sampling temperature, π_train(v_old) matched to the behaviour
-        logprobs' mode, and π_base at the sampling temperature; each [B, C], no gradient."""
+    def reference(self, batch: Padded, with_base: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """π_train(v_old) matched to the behaviour logprobs' mode, [B, C], and the base model's
+        logits at the action tokens, [N, V] (when ``with_base``); one forward, no gradient."""
         self.cache.ensure({v for v in batch.versions if v is not None})
         B = len(batch.versions)
         names = [v or BASE_ADAPTER for v in batch.versions]
@@ -180,52 +181,66 @@ class Trainer:
             base_rows = [b for b in range(B) if names[b] != BASE_ADAPTER]
             rows += base_rows
             names += [BASE_ADAPTER] * len(base_rows)
-        index_R = torch.tensor(rows)
-        stacked = Padded(
-            prompt_ids_B_P=batch.prompt_ids_B_P[index_R],
-            prompt_mask_B_P=batch.prompt_mask_B_P[index_R],
-            completion_ids_B_C=batch.completion_ids_B_C[index_R],
-            completion_mask_B_C=batch.completion_mask_B_C[index_R],
-            loss_mask_B_C=batch.loss_mask_B_C[index_R],
-            advantages_B_C=batch.advantages_B_C[index_R],
-            behaviour_logprobs_B_C=batch.behaviour_logprobs_B_C[index_R],
-            temperature_B=batch.temperature_B[index_R],
-            processed_B=batch.processed_B[index_R],
-        )
         with torch.no_grad():
-            logits_R_C_V = completion_logits(self.model, stacked, adapter_names=names)
-            tempered_R_C = token_logprobs(logits_R_C_V, stacked.completion_ids_B_C, stacked.temperature_B)
-            old_B_C = tempered_R_C[:B]
-            matched_B_C = old_B_C
-            if not bool(batch.processed_B.all()):
-                raw_B_C = token_logprobs(logits_R_C_V[:B], batch.completion_ids_B_C, torch.ones(B))
-                matched_B_C = torch.where(batch.processed_B[:, None], old_B_C, raw_B_C)
-            base_B_C = old_B_C.clone()
-            if base_rows:
-                base_B_C[torch.tensor(base_rows)] = tempered_R_C[B:]
-        return old_B_C, matched_B_C, base_B_C
+            logits_R_C_V = completion_logits(self.model, batch.select(rows), adapter_names=names)
+            temperature_B = torch.where(batch.processed_B, batch.temperature_B, torch.ones(B))
+            matched_B_C = token_logprobs(logits_R_C_V[:B], batch.completion_ids_B_C, temperature_B)
+            base_N_V = None
+            if with_base:
+                base_B_C_V = logits_R_C_V[:B].clone()
+                if base_rows:
+                    base_B_C_V[torch.tensor(base_rows)] = logits_R_C_V[B:]
+                base_N_V = base_B_C_V[batch.loss_mask_B_C]
+        return matched_B_C, base_N_V
+
+    def policy_logits(self, batch: Padded, grad: bool = True) -> torch.Tensor:
+        return completion_logits(self.model, batch, grad=grad)
 
     def policy_logprobs(self, batch: Padded, grad: bool = True) -> torch.Tensor:
-        logits_B_C_V = completion_logits(self.model, batch, grad=grad)
-        return token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
+        return token_logprobs(self.policy_logits(batch, grad), batch.completion_ids_B_C, batch.temperature_B)
+
+    def loss(
+        self,
+        batch: Padded,
+        params: ObjectiveParams,
+        matched_B_C: torch.Tensor,
+        base_N_V: torch.Tensor | None,
+        proximal_B_C: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        """The objective at the current parameters (with gradient) and π_θ's logprobs, [B, C].
+        ``proximal_B_C`` None: this forward is the proximal policy (the update's first epoch)."""
+        logits_B_C_V = self.policy_logits(batch)
+        logprobs_B_C = token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
+        kl_B_C = torch.zeros_like(logprobs_B_C)
+        if base_N_V is not None:
+            mask_B_C = batch.loss_mask_B_C
+            temperature_N = batch.temperature_B[:, None].expand_as(mask_B_C)[mask_B_C]
+            kl_B_C = kl_B_C.masked_scatter(
+                mask_B_C, exact_kl(logits_B_C_V[mask_B_C], base_N_V, temperature_N)
+            )
+        tokens = TokenTensors(
+            logprobs_B_T=logprobs_B_C,
+            proximal_logprobs_B_T=logprobs_B_C.detach() if proximal_B_C is None else proximal_B_C,
+            old_matched_logprobs_B_T=matched_B_C,
+            behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
+            kl_B_T=kl_B_C,
+            advantages_B_T=batch.advantages_B_C,
+            mask_B_T=batch.loss_mask_B_C,
+        )
+        loss, metrics = objective(tokens, params)
+        return loss, metrics, logprobs_B_C.detach()
 
     def step(self, batch: Padded, params: ObjectiveParams) -> dict[str, float]:
-        """``epochs_per_batch`` optimisation steps on a micro-batch (the reference logprobs are
-        computed once); returns the last step's loss components, and timings."""
+        """``epochs_per_batch`` optimisation steps on a micro-batch against one reference and one
+        proximal policy (the parameters before the first step); returns the last step's loss
+        components, and timings."""
         start = time.perf_counter()
-        old_B_C, matched_B_C, base_B_C = self.reference_logprobs(batch, with_base=params.kl_coef > 0)
+        matched_B_C, base_N_V = self.reference(batch, with_base=params.kl_coef > 0)
+        proximal_B_C = None
         for _ in range(max(1, self.settings.epochs_per_batch)):
-            logprobs_B_C = self.policy_logprobs(batch)
-            tokens = TokenTensors(
-                logprobs_B_T=logprobs_B_C,
-                old_logprobs_B_T=old_B_C,
-                old_matched_logprobs_B_T=matched_B_C,
-                behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
-                base_logprobs_B_T=base_B_C if params.kl_coef > 0 else logprobs_B_C.detach(),
-                advantages_B_T=batch.advantages_B_C,
-                mask_B_T=batch.loss_mask_B_C,
-            )
-            loss, metrics = objective(tokens, params)
+            loss, metrics, logprobs_B_C = self.loss(batch, params, matched_B_C, base_N_V, proximal_B_C)
+            if proximal_B_C is None:
+                proximal_B_C = logprobs_B_C
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
             self.optimizer.step()

@@ -82,7 +82,7 @@ EXTRA_HELP: dict[str, dict[str, str]] = {
         "feedback_reject": "value of a `reject` feedback",
         "feedback_edit": "value of an `edit` feedback",
         "cost_lambda_tokens": "cost per token, subtracted from the reward (>= 0)",
-        "cost_lambda_seconds": "cost per second of the session, subtracted from the reward (>= 0)",
+        "cost_lambda_tool_calls": "cost per tool call of the session, subtracted from the reward (>= 0)",
         "format_penalty": "added per malformed tool call (< 0)",
         "excluded_statuses": "sessions with these statuses are excluded from training",
         "hack_detectors": "hack detectors that run (kinds of `ingest.contract.HackKind`)",

@@ -100,11 +100,13 @@ def feedback_component(feedback: list[Feedback], settings: RewardSettings) -> li
 
 
 def cost_component(session: Session, settings: RewardSettings) -> list[Component]:
-    """−λ_tokens·tokens − λ_seconds·seconds; tokens fall back to the completion tokens when unreported."""
+    """−λ_tokens·tokens − λ_tool_calls·tool calls: what the session consumed, not how loaded the
+    machine was (wall-clock seconds are left out); tokens fall back to the completion tokens when
+    unreported."""
     tokens = session.cost.tokens or sum(len(t.completion_token_ids) for t in session.assistant_turns())
-    seconds = session.cost.seconds
-    value = 0.0 - (settings.cost_lambda_tokens * tokens + settings.cost_lambda_seconds * seconds)
-    return [Component("cost", value, f"{tokens} tokens, {seconds:.1f} s")]
+    tool_calls = sum(isinstance(t, ToolTurn) for t in session.turns)
+    value = 0.0 - (settings.cost_lambda_tokens * tokens + settings.cost_lambda_tool_calls * tool_calls)
+    return [Component("cost", value, f"{tokens} tokens, {tool_calls} tool calls")]
 
 
 _CALL_HINT = re.compile(r'^\s*(\{|\[|<tool_call>)|"name"\s*:|<tool_call>')

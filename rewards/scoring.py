@@ -10,7 +10,7 @@ The reward is the sum of its components, each already weighted::
     tests_all_pass = tests_all_pass_bonus                              (when every test passed)
     verifiers      = weight_verifiers · verifiers_passed / verifiers_total
     feedback       = weight_feedback · mean(accept | reject | edit value over all feedback)
-    cost           = −(cost_lambda_tokens · tokens + cost_lambda_seconds · seconds)
+    cost           = −(cost_lambda_tokens · tokens + cost_lambda_tool_calls · tool calls)
     format         = format_penalty · malformed tool calls             (format_penalty < 0)
     hacks          = hack_penalty · distinct hack kinds whose policy is "penalise"
 
@@ -69,7 +69,7 @@ class RewardSettings:
     feedback_reject: float = -1.0
     feedback_edit: float = 0.25
     cost_lambda_tokens: float = 1e-5
-    cost_lambda_seconds: float = 1e-3
+    cost_lambda_tool_calls: float = 1e-3
     format_penalty: float = -0.5
     excluded_statuses: tuple[str, ...] = ("timeout", "truncated")
     # hack detectors and their policy
@@ -164,7 +164,7 @@ class RewardSettings:
     def __post_init__(self) -> None:
         if not self.format_penalty < 0:
             raise ValueError(f"format_penalty must be negative, got {self.format_penalty}")
-        if self.cost_lambda_tokens < 0 or self.cost_lambda_seconds < 0:
+        if self.cost_lambda_tokens < 0 or self.cost_lambda_tool_calls < 0:
             raise ValueError("cost lambdas must be >= 0")
         kinds = {k.value for k in HackKind}
         for kind, action in self.hack_policy.items():

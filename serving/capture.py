@@ -69,18 +69,27 @@ def check_request(body: Any, kind: str) -> None:
             raise BadRequest(f"'{name}' must be a number {allowed}, got {value!r}")
 
 
+_RECORDED = ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+
+
 def sampling_of(body: dict) -> dict:
-    """The sampling parameters of a request, with OpenAI defaults made explicit."""
+    """The sampling parameters of a request, with OpenAI defaults made explicit; the ones a
+    trainer cannot reproduce (top-k, min-p, penalties) are recorded when the client sets them."""
     temperature = body.get("temperature")
     top_p = body.get("top_p")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return {
+    out = {
         "temperature": 1.0 if temperature is None else float(temperature),
         "top_p": 1.0 if top_p is None else float(top_p),
         "max_tokens": max_tokens
         if isinstance(max_tokens, int) and not isinstance(max_tokens, bool)
         else None,
     }
+    for name in _RECORDED:
+        value = body.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = int(value) if name == "top_k" else float(value)
+    return out
 
 
 def upstream_body(body: dict, kind: str, vllm_model: str) -> dict:

@@ -2,10 +2,11 @@
 
 ``python -m ops.bench learner --json FILE``. Both run in one process on the same
 micro-batch of rewarded sessions served by an older adapter version (so the
-full step recomputes π_train(v_old) and π_base): the full step is plan →
-collate → reference logprobs → policy forward/backward → AdamW → atomic
-checkpoint; the bare loop is one forward over prompt + completion with
-gradient, −A·log p over the completion, backward, gradient clipping and AdamW.
+full step recomputes π_train(v_old) and the base model's logits): the full step
+is plan → collate → reference forward → policy forward/backward through prompt
+and completion (shared prompts once), exact KL → AdamW → atomic checkpoint; the
+bare loop is one forward over prompt + completion with gradient, −A·log p over
+the completion, backward, gradient clipping and AdamW.
 They alternate, so load on the machine hits both alike. Tokens are prompt +
 completion tokens. JSON: ``tokens_per_s``, ``bare_tokens_per_s``, ``ratio``,
 ``peak_rss_mb`` (the process after the learner's warm-up step, before the bare
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
         )
     limits = Limits("v1", frozenset(store.versions()), settings.max_staleness, settings.max_row_tokens)
     # behaviour logprobs as vLLM would have returned them: π(v1) itself
-    old_B_C, _, _ = trainer.reference_logprobs(
+    old_B_C, _ = trainer.reference(
         collate(plan(sessions, {}, set(), {}, limits, settings.advantage_params()).rows), False
     )
     sessions = [

@@ -37,6 +37,7 @@ def rewarded(
     excluded: bool = False,
     hack_exclude: bool = False,
     logprobs_mode: str = "processed",
+    sampling: dict | None = None,
 ) -> RewardedSession:
     completion = completion or [28, 905, 314, 2]
     flags = []
@@ -64,7 +65,7 @@ def rewarded(
                 completion_token_ids=completion,
                 behaviour_logprobs=behaviour or [-1.0] * len(completion),
                 adapter_version=version,
-                sampling=SamplingParams(temperature=temperature),
+                sampling=SamplingParams(**(sampling or {"temperature": temperature})),
                 logprobs_mode=logprobs_mode,
             ),
         ],

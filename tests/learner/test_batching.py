@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ingest.contract import AssistantTurn, ToolTurn
+from ingest.contract import SamplingParams, ToolTurn
 from learner.advantages import Advantage, AdvantageParams, FamilyStats
 from learner.batching import Limits, Trained, admit, collate, plan, rows_of, staleness
 from tests.learner.conftest import rewarded
@@ -81,7 +81,7 @@ def test_skips_are_counted_with_their_reason():
 
 def test_staleness_bound_is_inclusive_and_counts_the_base_model_as_version_zero():
     batch = [rewarded("a", 1.0, task_id="t", version="v2"), rewarded("b", 0.0, task_id="t")]
-    baselines = {"acme/t": FamilyStats(count=5, mean=0.5, var=0.25)}
+    baselines = {"acme/t#reward": FamilyStats(count=5, mean=0.5, var=0.25)}
     at_bound = plan(batch, {}, set(), baselines, limits("v4", {"v2", "v4"}, max_staleness=2), PARAMS)
     assert [o.kind for o in at_bound.outcomes] == ["trained", "stale"]  # v2 is 2 behind; base is 4 behind
     assert [o.staleness for o in at_bound.outcomes] == [2, None]
@@ -99,7 +99,7 @@ def test_batches_without_signal_train_nothing():
 
 
 def test_amendment_trains_the_difference_once():
-    trained_adv = Advantage(value=-1.0, baseline=0.5, scale=0.5, source="group")
+    trained_adv = Advantage(value=-1.0, baselines={"reward": 0.5}, scale=0.5, source="group")
     previous = Trained(revision=0, advantage=trained_adv, masked=(("a0", 0, 1),))
     revised = rewarded("s1", 1.0, revision=1, completion=[5, 6, 7, 8], mask=(3, 4))
     p = plan([revised], {"s1": previous}, {("s1", 0)}, {}, limits(), PARAMS)
@@ -116,7 +116,7 @@ def test_amendment_trains_the_difference_once():
 
 
 def test_an_excluded_amendment_undoes_the_update_and_a_stale_one_is_dropped():
-    previous = Trained(revision=0, advantage=Advantage(0.8, 0.2, 0.75, "running"), masked=())
+    previous = Trained(revision=0, advantage=Advantage(0.8, {"reward": 0.2}, 0.75, "running"), masked=())
     undo = rewarded("s1", 0.0, revision=1, excluded=True)
     p = plan([undo], {"s1": previous}, set(), {}, limits(), PARAMS)
     assert p.outcomes[0].kind == "amended" and p.rows[0].advantages == pytest.approx([-0.8] * 4)
@@ -139,7 +139,54 @@ def test_collate_pads_prompts_left_and_completions_right():
     assert batch.tokens == 8 and batch.action_tokens == 3
 
 
-def test_greedy_turns_use_temperature_one():
-    rs = rewarded("a", 1.0, temperature=0.0)
-    assert rows_of(rs, 1.0, None)[0].temperature == 1.0
-    assert isinstance(rs.session.turns[1], AssistantTurn)
+def test_turns_sampled_in_ways_the_trainer_cannot_recompute_carry_no_loss():
+    greedy = rewarded("greedy", 1.0, task_id="t", temperature=0.0)
+    (row,) = rows_of(greedy, 1.0, None)
+    assert row.mask == [False] * 4 and row.temperature == 1.0
+    nucleus = rewarded("nucleus", 0.0, task_id="t", sampling={"temperature": 0.7, "top_p": 0.9})
+    penalised = rewarded(
+        "penalised", 0.0, task_id="t", sampling={"temperature": 0.7, "presence_penalty": 0.5}
+    )
+    top_k = rewarded("top_k", 0.0, task_id="t", sampling={"temperature": 0.7, "top_k": 20})
+    fine = rewarded("fine", 0.0, task_id="t", temperature=0.7)
+    p = plan([greedy, nucleus, penalised, top_k, fine], {}, set(), {}, limits(), PARAMS, skip_uniform=False)
+    kinds = {o.rewarded.session_id: o.kind for o in p.outcomes}
+    assert kinds == {
+        "greedy": "unreproducible_sampling",
+        "nucleus": "unreproducible_sampling",
+        "penalised": "unreproducible_sampling",
+        "top_k": "unreproducible_sampling",
+        "fine": "no_signal",  # alone in its group, no baseline yet
+    }
+    reasons = {o.rewarded.session_id: o.unreproducible() for o in p.outcomes}
+    assert reasons["greedy"] == {"a0": "greedy"} and reasons["nucleus"] == {"a0": "top_p"}
+    assert reasons["penalised"] == {"a0": "presence_penalty"} and reasons["top_k"] == {"a0": "top_k"}
+    assert reasons["fine"] == {}
+
+
+def test_one_unreproducible_turn_of_a_conversation_is_masked_the_others_train():
+    rs = rewarded("two-turns", 1.0)
+    first = rs.session.turns[1]
+    rs.session.turns.append(
+        first.model_copy(update={"turn_id": "a1", "sampling": SamplingParams(temperature=0)})
+    )
+    rows = rows_of(rs, 1.0, None)
+    assert [any(r.mask) for r in rows] == [True, False]
+
+
+def test_sessions_recorded_longer_ago_than_the_bound_are_stale():
+    from datetime import timedelta
+
+    old = rewarded("old", 1.0, task_id="t")
+    new = rewarded("new", 0.0, task_id="t")
+    now = new.session.created_at.timestamp()
+    old = old.model_copy(
+        update={
+            "session": old.session.model_copy(
+                update={"created_at": new.session.created_at - timedelta(seconds=601)}
+            )
+        }
+    )
+    bounded = Limits(None, frozenset(), 4, 4096, max_staleness_s=600.0, now=now)
+    p = plan([old, new], {}, set(), {}, bounded, PARAMS, skip_uniform=False)
+    assert [o.kind for o in p.outcomes] == ["stale", "no_signal"]

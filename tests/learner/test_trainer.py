@@ -47,7 +47,7 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
     ]
     rows = [r for s in sessions for r in rows_of(s, 1.0, "v1")]
     batch = collate(rows)
-    old_B_C, matched_B_C, base_B_C = trainer.reference_logprobs(batch, with_base=True)
+    matched_B_C, base_N_V = trainer.reference(batch, with_base=True)
     policy_B_C = trainer.policy_logprobs(batch, grad=False)
 
     def expected(adapter: str | None, row, temperature: float) -> torch.Tensor:
@@ -61,16 +61,22 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
             finally:
                 model.set_adapter(POLICY_ADAPTER)
 
+    def base_logits(row) -> torch.Tensor:
+        with torch.no_grad(), model.disable_adapter():
+            logits_S_V = model(input_ids=torch.tensor([row.prompt_ids + row.completion_ids])).logits[0]
+        start = len(row.prompt_ids) - 1
+        return logits_S_V[start : start + len(row.completion_ids)]
+
+    assert torch.allclose(base_N_V, torch.cat([base_logits(row) for row in rows]), atol=1e-4)
     for b, row in enumerate(rows):
         n = len(row.completion_ids)
         old = expected(row.version, row, row.temperature)
-        assert torch.allclose(old_B_C[b, :n], old, atol=1e-4)
-        assert torch.allclose(base_B_C[b, :n], expected(None, row, row.temperature), atol=1e-4)
         assert torch.allclose(policy_B_C[b, :n], expected(POLICY_ADAPTER, row, row.temperature), atol=1e-4)
         matched = old if row.processed else expected(row.version, row, 1.0)
         assert torch.allclose(matched_B_C[b, :n], matched, atol=1e-4)
-    assert not torch.allclose(old_B_C[0, :4], policy_B_C[0, :4], atol=1e-3)  # v1 and θ really differ
-    assert not torch.allclose(matched_B_C[1, :3], old_B_C[1, :3], atol=1e-3)  # raw vs tempered
+    assert not torch.allclose(matched_B_C[0, :4], policy_B_C[0, :4], atol=1e-3)  # v1 and θ really differ
+    tempered_1 = expected(rows[1].version, rows[1], rows[1].temperature)
+    assert not torch.allclose(matched_B_C[1, :3], tempered_1, atol=1e-3)  # raw vs tempered
 
     v1_before = {n: p.detach().clone() for n, p in model.named_parameters() if ".v1." in n}
     trainer.step(batch, settings.objective_params())
@@ -182,38 +188,131 @@ def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(s
         temperature=0.7,
     )
     batch = collate(rows_of(rs, 1.0, "v1"))
-    _, matched_B_C, _ = Trainer(model, store, settings).reference_logprobs(batch, with_base=False)
+    matched_B_C, _ = Trainer(model, store, settings).reference(batch, with_base=False)
     gap = (matched_B_C[0] - torch.tensor(completion.logprobs)).abs().max().item()
     assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
     untempered = completion_logprobs(model, prompt, completion.token_ids, 1.0)  # θ = base here, at T = 1
     assert (untempered - torch.tensor(completion.logprobs)).abs().max().item() > 1e-2
 
 
-def test_epochs_per_batch_are_that_many_steps_against_one_reference(settings, tmp_path):
-    """The reference logprobs (π_train(v_old), π_base) do not depend on θ, so two epochs on a
-    micro-batch equal two single-epoch steps on it."""
+def test_the_epochs_of_a_micro_batch_share_one_proximal_policy(settings, tmp_path):
+    """The proximal policy is the parameters before a micro-batch's first epoch: two epochs differ
+    from two single-epoch steps, whose every ratio is 1 at its start."""
+    settings = dataclasses.replace(settings, learning_rate=0.02)
     store = AdapterStore(tmp_path / "store")
-    twice = load_policy(settings)
     prompt = [1, 9690, 198, 2683, 359]
+    model = load_policy(settings)
     sessions = []
     for i in range(4):
         completion = [504, 314 + i, 28, 2]
-        with torch.no_grad(), twice.disable_adapter():
-            behaviour = completion_logprobs(twice, prompt, completion, 1.0).tolist()
+        with torch.no_grad(), model.disable_adapter():
+            behaviour = completion_logprobs(model, prompt, completion, 1.0).tolist()
         sessions.append(
             rewarded(f"s{i}", float(i % 2), prompt=prompt, completion=completion, behaviour=behaviour)
         )
     rows = [r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0, None)]
     batch = collate(rows)
-    trainer = Trainer(twice, store, settings)
-    trainer.step(batch, settings.objective_params())
-    trainer.step(batch, settings.objective_params())
+    trainer = Trainer(model, store, settings)
+    first = trainer.step(batch, settings.objective_params())
+    second = trainer.step(batch, settings.objective_params())
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert second["ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # a new step, a new proximal policy
+
     epochs = dataclasses.replace(settings, epochs_per_batch=2)
     once = load_policy(epochs)
-    Trainer(once, store, epochs).step(batch, epochs.objective_params())
-    moved = False
-    for (name, a), (_, b) in zip(twice.named_parameters(), once.named_parameters(), strict=True):
-        if a.requires_grad:
-            assert torch.allclose(a, b, atol=1e-6), name
-            moved |= bool(a.abs().sum() > 0) and "lora_B" in name
-    assert moved  # the steps really changed the adapter
+    last_epoch = Trainer(once, store, epochs).step(batch, epochs.objective_params())
+    assert abs(last_epoch["ratio_mean"] - 1.0) > 1e-4  # measured against the first epoch's start
+    assert first["clip_fraction"] == second["clip_fraction"] == 0.0
+    assert last_epoch["clip_fraction"] > 0.0  # so the trust region binds across the epochs, not per step
+
+
+def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C) -> torch.Tensor:
+    """The same objective from a plain forward of each row (prompt + completion, no padding, no cache)."""
+    from learner.objective import TokenTensors, exact_kl, objective
+
+    batch = collate(rows)
+    B, C = batch.completion_ids_B_C.shape
+    logprobs_B_C = torch.zeros(B, C, dtype=torch.float64)
+    kl_B_C = torch.zeros(B, C, dtype=torch.float64)
+    for b, row in enumerate(rows):
+        ids = torch.tensor([row.prompt_ids + row.completion_ids])
+        start, n = len(row.prompt_ids) - 1, len(row.completion_ids)
+        logits_T_V = model(input_ids=ids).logits[0, start : start + n]
+        tempered_T_V = torch.log_softmax(logits_T_V / row.temperature, dim=-1)
+        picked_T = tempered_T_V.gather(-1, torch.tensor(row.completion_ids)[:, None])[:, 0]
+        logprobs_B_C = logprobs_B_C.index_put((torch.tensor([b]), torch.arange(n)), picked_T)
+        kl_T = exact_kl(logits_T_V, base_model_logits(row), torch.full((n,), row.temperature))
+        kl_B_C = kl_B_C.index_put((torch.tensor([b]), torch.arange(n)), kl_T)
+    tokens = TokenTensors(
+        logprobs_B_T=logprobs_B_C,
+        proximal_logprobs_B_T=proximal_B_C,
+        old_matched_logprobs_B_T=batch.behaviour_logprobs_B_C,
+        behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
+        kl_B_T=kl_B_C,
+        advantages_B_T=batch.advantages_B_C,
+        mask_B_T=batch.loss_mask_B_C,
+    )
+    return objective(tokens, params)[0]
+
+
+def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread, tmp_path):
+    """Gradients of the learner's loss (shared prompts run once, with gradient, through the KV cache;
+    rows padded) equal those of a plain forward of every row, with LoRA on keys, values and the MLP,
+    for a two-turn conversation and a task's group sharing a prompt."""
+    settings = LearnerSettings(
+        model_dir=model_dir,
+        lora_rank=4,
+        lora_alpha=8,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    )
+    model = load_policy(settings).double()  # float64: what is compared is the maths, not rounding
+    perturb(model, 0.02, seed=7)  # a non-zero B: the adapter changes the prompt's keys and values
+    trainer = Trainer(model, AdapterStore(tmp_path / "store"), settings)
+    turn_1 = ([1, 9690, 198, 2683, 359], [504, 314, 28])
+    turn_2 = (turn_1[0] + turn_1[1] + [2, 198, 1345], [260, 17, 2])  # the first turn is its prompt
+    group = [1, 9690, 198, 28, 905]
+    specs = [
+        (turn_1, 1.0, 0.7),
+        (turn_2, 1.0, 0.7),
+        ((group, [11, 12, 13, 14]), -0.5, 1.0),
+        ((group, [11, 15]), 1.5, 1.0),
+        ((group, [16]), 0.5, 1.0),
+    ]
+    rows = []
+    for i, ((prompt, completion), advantage, temperature) in enumerate(specs):
+        with torch.no_grad():
+            behaviour = completion_logprobs(model, prompt, completion, temperature).tolist()
+        session = rewarded(
+            f"g{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour, temperature=temperature
+        )
+        rows += rows_of(session, advantage, None)
+    assert [r.temperature for r in rows] == [t for _, _, t in specs]
+    params = dataclasses.replace(settings.objective_params(), kl_coef=0.5)
+    batch = collate(rows)
+
+    _, base_N_V = trainer.reference(batch, with_base=True)
+    # the same constants on both sides (π_prox = μ: weight 1, ratio e^{log π_θ − log μ})
+    behaviour_B_C = batch.behaviour_logprobs_B_C
+    loss, _, _ = trainer.loss(batch, params, behaviour_B_C, base_N_V, behaviour_B_C)
+    loss.backward()
+    cached = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad(set_to_none=True)
+
+    def base_model_logits(row) -> torch.Tensor:
+        with torch.no_grad(), model.disable_adapter():
+            logits = model(input_ids=torch.tensor([row.prompt_ids + row.completion_ids])).logits[0]
+        start = len(row.prompt_ids) - 1
+        return logits[start : start + len(row.completion_ids)]
+
+    plain = full_forward_loss(model, rows, params, base_model_logits, behaviour_B_C)
+    assert plain.item() == pytest.approx(loss.item(), rel=1e-5)
+    plain.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    flat_cached = torch.cat([cached[n].flatten() for n in sorted(cached)])
+    flat_plain = torch.cat([dict(model.named_parameters())[n].grad.flatten() for n in sorted(cached)])
+    assert flat_plain.norm() > 0
+    relative = ((flat_cached - flat_plain).norm() / flat_plain.norm()).item()
+    assert relative < 1e-5, f"relative gradient difference {relative:.2e}"
+    # the prompt matters: LoRA of k_proj gets gradient from prompt positions, so dropping it changes them
+    k_names = [n for n in sorted(cached) if "k_proj.lora_A" in n]
+    assert any(cached[n].abs().sum() > 0 for n in k_names)

@@ -96,10 +96,14 @@ def test_in_line_and_late_records_count_once_each():
     assert [f.feedback_id for f in extractors.unique_feedback(s, [feedback("f2", "edit", 2)])] == ["f1", "f2"]
 
 
-def test_cost_is_lambda_weighted_tokens_and_seconds():
-    s = session(say("done"), cost=Cost(tokens=20_000, seconds=30.0))
-    settings = RewardSettings(cost_lambda_tokens=1e-5, cost_lambda_seconds=2e-3)
-    assert values(extractors.cost_component(s, settings)) == {"cost": pytest.approx(-(0.2 + 0.06))}
+def test_cost_is_lambda_weighted_tokens_and_tool_calls_not_seconds():
+    s = session(bash("ls"), bash("pytest -q"), say("done"), cost=Cost(tokens=20_000, seconds=30.0))
+    settings = RewardSettings(cost_lambda_tokens=1e-5, cost_lambda_tool_calls=2e-3)
+    assert values(extractors.cost_component(s, settings)) == {"cost": pytest.approx(-(0.2 + 2 * 2e-3))}
+    slower = session(bash("ls"), bash("pytest -q"), say("done"), cost=Cost(tokens=20_000, seconds=300.0))
+    assert values(extractors.cost_component(slower, settings)) == values(
+        extractors.cost_component(s, settings)
+    )
 
 
 def test_cost_falls_back_to_completion_tokens():

@@ -8,7 +8,7 @@ from rewards.scoring import RewardSettings, load_reward_settings, reward_session
 from tests.rewards.hand_made import bash, read, say, session, tool, write
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
-NO_COST = RewardSettings(cost_lambda_tokens=0.0, cost_lambda_seconds=0.0)
+NO_COST = RewardSettings(cost_lambda_tokens=0.0, cost_lambda_tool_calls=0.0)
 
 
 def outcome(oid="o1", passed=4, total=4, minutes=1) -> Outcome:
@@ -45,8 +45,11 @@ TAMPERED = (
 def test_reward_is_the_sum_of_weighted_components():
     s = honest(cost=Cost(tokens=10_000, seconds=100.0))
     r = reward_session(s, [feedback()], [outcome(passed=3, total=4)], RewardSettings())
-    assert r.components == {"tests": 0.75, "feedback": 1.0, "cost": pytest.approx(-(0.1 + 0.1))}
-    assert r.reward == pytest.approx(0.75 + 1.0 - 0.2)
+    tool_calls = sum(t.role == "tool" for t in s.turns)
+    cost = -(0.1 + 1e-3 * tool_calls)  # 10,000 tokens at 1e-5, tool calls at 1e-3; the 100 s do not count
+    assert tool_calls > 0
+    assert r.components == {"tests": 0.75, "feedback": 1.0, "cost": pytest.approx(cost)}
+    assert r.reward == pytest.approx(0.75 + 1.0 + cost)
     assert not r.excluded and r.flags == []
 
 
@@ -103,7 +106,7 @@ def test_penalised_hack_forfeits_the_outcome_and_is_charged_to_its_turn():
 
 def test_mask_policy_keeps_the_reward_and_names_the_spans():
     settings = RewardSettings(
-        cost_lambda_tokens=0.0, cost_lambda_seconds=0.0, hack_policy={"test_tampering": "mask"}
+        cost_lambda_tokens=0.0, cost_lambda_tool_calls=0.0, hack_policy={"test_tampering": "mask"}
     )
     r = reward_session(session(*TAMPERED, created_at=T0), [], [outcome()], settings)
     assert r.components == {"tests": 1.0, "tests_all_pass": 0.5, "cost": 0.0}

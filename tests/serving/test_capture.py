@@ -2,6 +2,7 @@
 
 import pytest
 
+from ingest.contract import SamplingParams
 from serving.capture import (
     CHAT,
     COMPLETION,
@@ -134,3 +135,20 @@ def test_a_request_adds_its_new_messages_then_the_assistant_turn():
     assert assistant["logprobs_mode"] == "processed" and assistant["latency_s"] == 0.25
     empty = {**served, "completion_token_ids": [], "behaviour_logprobs": []}  # nothing generated: no turn
     assert request_turns(COMPLETION, {"model": "m", "prompt": "x"}, empty, 0, None, 0.1) == []
+
+
+def test_sampling_a_trainer_cannot_reproduce_is_recorded():
+    plain = SamplingParams(**sampling_of({"temperature": 0.7, "max_tokens": 16}))
+    assert plain.unreproducible() is None and plain.max_tokens == 16
+    for extra, reason in (
+        ({"temperature": 0}, "greedy"),
+        ({"top_p": 0.9}, "top_p"),
+        ({"top_k": 40}, "top_k"),
+        ({"min_p": 0.05}, "min_p"),
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": 1}, "frequency_penalty"),
+        ({"repetition_penalty": 1.1}, "repetition_penalty"),
+    ):
+        recorded = SamplingParams(**sampling_of({"temperature": 0.7, **extra}))
+        assert recorded.unreproducible() == reason, extra
+    assert SamplingParams(**sampling_of({"temperature": 0.7, "top_k": -1})).unreproducible() is None
