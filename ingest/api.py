@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from contextlib import asynccontextmanager
 
@@ -32,6 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
+from ingest.auth import Unauthorized, check_tokens, tenant_of
 from ingest.config import load
 from ingest.contract import DeadLetter
 from ingest.intake import ENDPOINTS, Endpoint, Problem, judge, split_lines
@@ -78,9 +78,7 @@ class Metrics:
 
 def create_app(settings: IngestSettings, producer: RecordProducer | None = None) -> FastAPI:
     """The ingest app. A ``producer`` passed in stays the caller's to close."""
-    empty = [tenant for tenant, token in settings.ingest_tokens.items() if not token]
-    if empty:
-        raise ValueError(f"tenants {empty} have an empty token")
+    check_tokens(settings.ingest_tokens)
     own_producer = producer is None
     producer = producer or RecordProducer(settings.kafka_bootstrap, settings.ingest_delivery_timeout_s)
     metrics = Metrics()
@@ -93,19 +91,11 @@ def create_app(settings: IngestSettings, producer: RecordProducer | None = None)
 
     app = FastAPI(title="Ratchet ingest", lifespan=lifespan)
 
-    def tenant_of(authorization: str | None) -> str:
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Refusal(401, "unauthorized", "missing bearer token", {"WWW-Authenticate": "Bearer"})
-        for tenant, expected in settings.ingest_tokens.items():
-            if hmac.compare_digest(token.strip().encode(), expected.encode()):
-                return tenant
-        raise Refusal(
-            401, "unauthorized", "unknown token", {"WWW-Authenticate": 'Bearer error="invalid_token"'}
-        )
-
     async def handle(endpoint: Endpoint, request: Request) -> JSONResponse:
-        tenant = tenant_of(request.headers.get("authorization"))
+        try:
+            tenant = tenant_of(request.headers.get("authorization"), settings.ingest_tokens)
+        except Unauthorized as exc:
+            raise Refusal(401, "unauthorized", exc.detail, exc.headers) from None
         batch = is_batch(request.headers.get("content-type"))
         limit = settings.ingest_max_batch_bytes if batch else settings.ingest_max_record_bytes
         body = await read_body(request, limit)

@@ -29,7 +29,7 @@ class PipelineSettings:
     controller_metrics_port: int = 18300  # the serving controller's /metrics
     gate_port: int = 18400  # the gate's review API (passed on as RATCHET_REVIEW_PORT)
     tenant: str = "demo"  # the tenant the simulator and the demo use
-    tenant_token: str = "demo-token"  # that tenant's ingest bearer token
+    tenant_token: str = "demo-token"  # that tenant's bearer token (ingest API and capture proxy)
     review_token: str = "review-token"  # bearer token of the gate's review API
     join_wait_s: float = 20.0  # the reward worker's join wait in the loop
 
@@ -62,7 +62,6 @@ def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
         "RATCHET_INGEST_TOKENS": f"{ps.tenant}={ps.tenant_token}",
         "RATCHET_PROXY_PORT": str(ps.proxy_port),
         "RATCHET_PROXY_URLS": f"http://{stack.host}:{ps.proxy_port}",
-        "RATCHET_DEFAULT_TENANT": ps.tenant,
         "RATCHET_REWARDS_METRICS_PORT": str(ps.rewards_metrics_port),
         "RATCHET_JOIN_WAIT_S": str(ps.join_wait_s),
         "RATCHET_CONTROLLER_METRICS_PORT": str(ps.controller_metrics_port),
@@ -153,7 +152,11 @@ def pipeline(
 def routed_version(stack: StackSettings, ps: PipelineSettings) -> str | None:
     """The adapter version the proxy routes the policy alias to, or None when unreachable."""
     try:
-        resp = httpx.get(f"http://{stack.host}:{ps.proxy_port}/v1/routes", timeout=5)
+        resp = httpx.get(
+            f"http://{stack.host}:{ps.proxy_port}/v1/routes",
+            headers={"Authorization": f"Bearer {ps.tenant_token}"},
+            timeout=5,
+        )
         resp.raise_for_status()
     except httpx.HTTPError:
         return None

@@ -41,7 +41,7 @@ class SimulatorSettings:
     proxy_url: str = "http://127.0.0.1:18200"  # the capture proxy sessions go through
     ingest_url: str = "http://127.0.0.1:18100"  # the ingest API late outcomes and feedback go to
     sim_tenant: str = "demo"  # the tenant of the simulated sessions
-    sim_token: str = "demo-token"  # its ingest bearer token
+    sim_token: str = "demo-token"  # its bearer token, for the capture proxy and the ingest API alike
     policy_alias: str = "policy"  # the model name the simulated agent asks for
     sim_concurrency: int = 8  # sessions in flight
     sim_group_size: int = 4  # sessions per task, sharing a task_id
@@ -109,15 +109,21 @@ class Simulator:
         (task,) = sample_tasks(family, 1, seed=self.settings.sim_seed * 1_000_003 + self._round)
         return [task] * self.settings.sim_group_size
 
+    def _auth(self) -> dict[str, str]:
+        """The tenant's bearer token, as an OpenAI client sends its api_key."""
+        return {"Authorization": f"Bearer {self.settings.sim_token}"}
+
     async def _chat(
         self, http: httpx.AsyncClient, sid: str, task: Task, messages: list[dict], max_tokens: int
     ):
         resp = await http.post(
             f"{self.settings.proxy_url}/v1/chat/completions",
             headers={
+                **self._auth(),
                 "X-Ratchet-Session": sid,
                 "X-Ratchet-Tenant": self.settings.sim_tenant,
                 "X-Ratchet-Task": task.task_id,
+                "X-Ratchet-Task-Family": task.family,
             },
             json={
                 "model": self.settings.policy_alias,
@@ -163,6 +169,7 @@ class Simulator:
         end = await http.post(
             f"{s.proxy_url}/v1/sessions/{sid}/end",
             json={"status": "completed", "tenant": s.sim_tenant, "task_id": task.task_id},
+            headers=self._auth(),
         )
         end.raise_for_status()
         shortcut = bool(verdict.details.get("shortcut"))
@@ -182,7 +189,7 @@ class Simulator:
     async def _late_signals(self, http: httpx.AsyncClient, sid: str, passed: bool) -> None:
         s = self.settings
         await asyncio.sleep(s.sim_outcome_delay_s)  # the outcome arrives late, as CI results do
-        auth = {"Authorization": f"Bearer {s.sim_token}"}
+        auth = self._auth()
         outcome = {
             "outcome_id": f"o-{sid}",
             "session_id": sid,

@@ -3,8 +3,8 @@
 ``POST /v1/chat/completions`` and ``POST /v1/completions`` forward the request
 to vLLM on the routed model, asking for token ids and per-token logprobs, and
 return vLLM's response without what the client did not ask for. Each request
-carrying ``X-Ratchet-Session`` (required; ``X-Ratchet-Tenant`` and
-``X-Ratchet-Task`` optional, taken from a session's first request) appends its
+carrying ``X-Ratchet-Session`` (required; ``X-Ratchet-Task`` optional, taken
+from a session's first request; the tenant is the bearer token's, see Auth) appends its
 turns to that session's journal, fsynced before the response is sent. A
 session stays on the route (adapter version) its first request was given, even
 when the alias moves on. ``POST /v1/sessions/{id}/end`` builds the ``Session``
@@ -35,6 +35,15 @@ proxy follows a generation without it and reports none in flight: routing a
 request and counting it in flight happen under one lock, so a report of zero
 at that generation means no request can still reach the version.
 
+Auth: every request but ``/health``, ``/metrics`` and ``/admin/state`` needs
+``Authorization: Bearer <token>`` (an OpenAI client's ``api_key``), a token of
+the ingest API's own setting ``ingest_tokens`` (``RATCHET_INGEST_TOKENS``), and
+the token names the session's tenant. No token or an unknown one is 401; an
+``X-Ratchet-Tenant`` header, an end request's ``tenant`` or an in-line outcome
+or feedback naming another tenant is 403, and so is any request on a session
+another tenant started (only its own tenant may add turns, end it, or attach an
+outcome or feedback). A refused request records and produces nothing.
+
 Streaming is refused with a 400 naming the reason: a session records each
 completion whole (token ids and logprobs), so ``stream`` must be false; so are
 ``n``/``best_of`` > 1, batched prompts and ``echo``.
@@ -47,12 +56,13 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import (
@@ -66,6 +76,7 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from ingest import topics
+from ingest.auth import Unauthorized, check_tokens, tenant_of
 from ingest.contract import ContractError, DeadLetter, Id, Session, SessionStatus, parse_obj
 from ingest.producer import BrokerUnavailable, Outgoing, RecordProducer
 from serving import capture
@@ -76,6 +87,7 @@ from serving.settings import ProxySettings
 SESSION_HEADER = "X-Ratchet-Session"
 TENANT_HEADER = "X-Ratchet-Tenant"
 TASK_HEADER = "X-Ratchet-Task"
+TASK_FAMILY_HEADER = "X-Ratchet-Task-Family"
 ENDED_REMEMBERED = 100_000
 BASE = "base"  # the key of the base model in per-version counts
 _ID = TypeAdapter(Id)
@@ -91,21 +103,22 @@ RETRYABLE = (
 
 
 class ProxyError(Exception):
-    def __init__(self, status: int, reason: str, **extra):
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None, **extra):
         super().__init__(reason)
-        self.status, self.reason, self.extra = status, reason, extra
+        self.status, self.reason, self.headers, self.extra = status, reason, headers, extra
 
     def response(self) -> JSONResponse:
         body = {"error": {"message": self.reason, "type": "ratchet_proxy", "code": self.status}, **self.extra}
-        return JSONResponse(body, status_code=self.status)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 class EndRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: SessionStatus
-    tenant: str | None = None
+    tenant: str | None = None  # if given, the token's tenant
     task_id: str | None = None
+    task_family: str | None = None
     outcome: dict | None = None  # an Outcome; session_id, tenant and outcome_id may be left out
     feedback: dict | None = None  # a Feedback; session_id, tenant and feedback_id may be left out
 
@@ -122,12 +135,14 @@ class OpenSession:
     turns: list[dict] = field(default_factory=list)
     tokens: int = 0
     seconds: float = 0.0
+    task_family: str | None = None
 
     def header(self) -> dict:
         return {
             "session_id": self.session_id,
             "tenant": self.tenant,
             "task_id": self.task_id,
+            "task_family": self.task_family,
             "model": self.model,
             "vllm_model": self.route.model,
             "adapter_version": self.route.adapter_version,
@@ -139,8 +154,9 @@ class OpenSession:
         h = entries[0]
         route = Route(h["vllm_model"], h["adapter_version"])
         session = cls(
-            h["session_id"], h["tenant"], h["task_id"], h["model"], route, h["started_at"], h["started_at"]
-        )
+            h["session_id"], h["tenant"], h["task_id"], h["model"], route, h["started_at"], h["started_at"],
+            task_family=h.get("task_family"),
+        )  # fmt: skip
         for entry in entries[1:]:
             session.apply(entry)
         return session
@@ -153,7 +169,11 @@ class OpenSession:
 
 
 def session_record(
-    session: OpenSession, end: EndRequest, tenant: str, task_id: str | None, base_model: str
+    session: OpenSession,
+    end: EndRequest,
+    tenant: str,
+    task: tuple[str | None, str | None],
+    base_model: str,
 ) -> dict:
     """The ``Session`` record (as JSON-ready dict) of an open session being ended."""
     sid = session.session_id
@@ -165,7 +185,8 @@ def session_record(
     return {
         "session_id": sid,
         "tenant": tenant,
-        "task_id": task_id,
+        "task_id": task[0],
+        "task_family": task[1],
         "policy": {"base_model": base_model, "adapter_version": session.route.adapter_version},
         "turns": session.turns,
         "status": end.status.value,
@@ -355,21 +376,55 @@ class CaptureProxy:
             in_memory = set(self._open)
         return sorted(in_memory | set(self.journal.session_ids()))
 
+    # --- auth -----------------------------------------------------------------------
+
+    def authenticate(self, headers: Mapping[str, str]) -> str:
+        """The tenant whose bearer token ``headers`` carry (looked up by lower-case name): 401
+        without a known token, 403 when an ``X-Ratchet-Tenant`` header names another tenant."""
+        tokens = self.settings.ingest_tokens
+        try:
+            tenant = tenant_of(headers.get("authorization"), tokens)
+        except Unauthorized as exc:
+            how = (
+                "no tenant tokens are configured on this proxy (RATCHET_INGEST_TOKENS)"
+                if not tokens
+                else "send your tenant's token as Authorization: Bearer <token> (an OpenAI client's api_key)"
+            )
+            raise ProxyError(401, f"{exc.detail}: {how}", headers=exc.headers) from None
+        claimed = headers.get(TENANT_HEADER.lower())
+        if claimed is not None and claimed != tenant:
+            raise ProxyError(
+                403, f"the {TENANT_HEADER} header names tenant {claimed[:200]!r}, the token is {tenant!r}'s"
+            )
+        return tenant
+
+    @staticmethod
+    def _check_owner(session: OpenSession, tenant: str) -> None:
+        if session.tenant is not None and session.tenant != tenant:
+            raise ProxyError(
+                403,
+                f"session {session.session_id!r} belongs to another tenant: only its own tenant's token may "
+                "add to it, end it or attach an outcome or feedback",
+            )
+
     # --- completions ------------------------------------------------------------
 
     def complete(self, kind: str, body: object, headers: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
         """Forward one completion request and record its turns; returns (status, body, headers)."""
+        tenant = self.authenticate(headers)
         try:
             capture.check_request(body, kind)
         except capture.BadRequest as exc:
             raise ProxyError(400, str(exc)) from None
         sid = _header_id(headers, SESSION_HEADER, required=True)
-        tenant = _header_id(headers, TENANT_HEADER)
         task_id = _header_id(headers, TASK_HEADER)
+        task_family = _header_id(headers, TASK_FAMILY_HEADER)
         with self._session_lock(sid):
             if sid in self._ended:
                 raise ProxyError(409, f"session {sid!r} has ended; start a new session id")
             session = self._load(sid)
+            if session is not None:
+                self._check_owner(session, tenant)
             if session is not None and session.model != body["model"]:
                 raise ProxyError(
                     409, f"session {sid!r} started on model {session.model!r}, not {body['model']!r}"
@@ -391,7 +446,9 @@ class CaptureProxy:
             now = time.time()
             new = session is None
             if new:
-                session = OpenSession(sid, tenant, task_id, body["model"], route, now, now)
+                session = OpenSession(
+                    sid, tenant, task_id, body["model"], route, now, now, task_family=task_family
+                )
             turns = capture.request_turns(
                 kind, body, served, len(session.turns), route.adapter_version, latency_s
             )
@@ -470,19 +527,35 @@ class CaptureProxy:
 
     # --- ending ------------------------------------------------------------------
 
-    def end(self, sid: str, end: EndRequest) -> dict:
-        """Produce the session record; on a contract error dead-letter it and raise 422 (it stays open)."""
+    def end(self, sid: str, end: EndRequest, tenant: str) -> dict:
+        """Produce the session record; on a contract error dead-letter it and raise 422 (it stays open).
+
+        ``tenant`` is the request's (its token's): only the session's own tenant may end it."""
+        named = {
+            "tenant": end.tenant,
+            **{n: (getattr(end, n) or {}).get("tenant") for n in ("outcome", "feedback")},
+        }
+        foreign = [name for name, value in named.items() if value is not None and value != tenant]
+        if foreign:
+            raise ProxyError(
+                403,
+                f"the end request's {', '.join(foreign)} names another tenant than the token's ({tenant!r})",
+            )
         with self._session_lock(sid):
             session = self._load(sid)
             if session is None:
                 raise ProxyError(404, f"no open session {sid!r}")
+            self._check_owner(session, tenant)
+            if session.tenant is None:  # begun before the proxy knew tenants: its first authenticated end
+                end = end.model_copy(update={"tenant": tenant})
             return self._end(session, end, "serving.proxy:/v1/sessions/end", discard_invalid=False)
 
     def _end(self, session: OpenSession, end: EndRequest, source: str, discard_invalid: bool) -> dict:
         sid = session.session_id
-        tenant = _agree(sid, "tenant", session.tenant, end.tenant) or self.settings.default_tenant
+        tenant = _agree(sid, "tenant", session.tenant, end.tenant)
         task_id = _agree(sid, "task_id", session.task_id, end.task_id)
-        record = session_record(session, end, tenant, task_id, self.settings.base_model)
+        task_family = _agree(sid, "task_family", session.task_family, end.task_family)
+        record = session_record(session, end, tenant, (task_id, task_family), self.settings.base_model)
         try:
             parsed = parse_obj(Session, record)
         except ContractError as exc:
@@ -583,6 +656,7 @@ def _json_or_error(resp: httpx.Response) -> dict:
 def create_app(
     settings: ProxySettings, producer: RecordProducer | None = None, routing: RoutingTable | None = None
 ) -> FastAPI:
+    check_tokens(settings.ingest_tokens)
     own_producer = producer is None
     producer = producer or RecordProducer(
         settings.kafka_bootstrap, delivery_timeout_s=settings.delivery_timeout_s
@@ -613,6 +687,10 @@ def create_app(
     async def proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
         return exc.response()
 
+    def tenant_of_request(request: Request) -> str:
+        """The request's tenant, from its bearer token (resolved before the body is validated)."""
+        return proxy.authenticate(request.headers)
+
     async def forward(kind: str, endpoint: str, request: Request) -> Response:
         try:
             body = await request.json()
@@ -636,10 +714,10 @@ def create_app(
         return await forward(capture.COMPLETION, "completions", request)
 
     @app.post("/v1/sessions/{session_id:path}/end")
-    def end_session(session_id: str, end: EndRequest) -> dict:
-        return proxy.end(session_id, end)
+    def end_session(session_id: str, end: EndRequest, tenant: str = Depends(tenant_of_request)) -> dict:
+        return proxy.end(session_id, end, tenant)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=[Depends(tenant_of_request)])
     def models() -> dict:
         names = [*proxy.routing.snapshot(), settings.base_model]
         return {
@@ -647,7 +725,7 @@ def create_app(
             "data": [{"id": n, "object": "model", "owned_by": "ratchet"} for n in names],
         }
 
-    @app.get("/v1/routes")
+    @app.get("/v1/routes", dependencies=[Depends(tenant_of_request)])
     def routes() -> dict:
         table = proxy.routing
         return {alias: asdict(table.resolve(alias)) for alias in table.snapshot()}

@@ -4,7 +4,9 @@ Read with ``ingest.config.load(ProxySettings, "proxy")`` and
 ``ingest.config.load(ControllerSettings, "serving")``. Fields the two share
 (``routing_file``, ``base_model``, ``policy_alias``, ``adapter_prefix``,
 ``proxy_admin_token``, ``state_dir``) read the same ``RATCHET_*`` variable, so
-one environment configures both processes consistently.
+one environment configures both processes consistently. The proxy's tenant
+tokens are the ingest API's own setting, ``ingest_tokens``
+(``RATCHET_INGEST_TOKENS``): one token per tenant for both entry points.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class ProxySettings:
         10.0  # a replica that failed a request is skipped this long (or until new routes)
     )
     proxy_admin_token: str | None = None  # bearer token for GET /admin/state; None: open (127.0.0.1 only)
-    default_tenant: str = "default"  # when neither X-Ratchet-Tenant nor the end request names one
+    # tenant -> bearer token, the ingest API's own setting ("acme=s3cret,beta=0ther"): completion and
+    # session requests need one (an OpenAI client's api_key), and it names their tenant
+    ingest_tokens: dict[str, str] = dataclasses.field(default_factory=dict)
     session_idle_timeout_s: float = 1800.0  # an open session idle this long is closed as "timeout"
     # the session journal (<state_dir>/proxy/journal) and the default routes file
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)

@@ -57,6 +57,9 @@ def write_random_adapter(model_dir: Path, out_dir: Path, seed: int, rank: int = 
     return out_dir
 
 
+TENANT, TOKEN = "bench", "bench-swap-token"  # the proxy's one tenant in this benchmark
+
+
 class Load:
     """Clients sending single-turn sessions to the proxy's alias; counts answers and failures."""
 
@@ -69,7 +72,8 @@ class Load:
 
     def _work(self) -> None:
         body = {"model": "policy", "prompt": "The weather today is", "max_tokens": 4, "temperature": 0}
-        with httpx.Client(base_url=self.url, timeout=300) as client:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=self.url, headers=auth, timeout=300) as client:
             while not self.stop.is_set():
                 sid = f"bench-swap-{uuid.uuid4().hex[:16]}"
                 try:
@@ -188,7 +192,7 @@ def main(argv: list[str]) -> int:
             "RATCHET_PROXY_URLS": proxy_url, "RATCHET_ADAPTER_STORE_DIR": str(store.root),
             "RATCHET_MODEL_DIR": str(model_dir), "RATCHET_MLFLOW_URL": mlflow_url,
             "RATCHET_REGISTERED_MODEL": name, "RATCHET_RECONCILE_INTERVAL_S": str(args.interval),
-            "RATCHET_CONTROLLER_METRICS_PORT": "0",
+            "RATCHET_CONTROLLER_METRICS_PORT": "0", "RATCHET_INGEST_TOKENS": f"{TENANT}={TOKEN}",
         }  # fmt: skip
         cli = [sys.executable, "-m", "ops.cli"]
         procs.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,6 +15,13 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("proxy_host", args.host), ("proxy_port", args.port)) if v is not None}
     settings = load(ProxySettings, "proxy", **overrides)
+    if not settings.ingest_tokens:
+        print(
+            "ratchet proxy serve: no tenant tokens configured; set RATCHET_INGEST_TOKENS=tenant=token,... "
+            "(the ingest API's tokens: agents send theirs as the OpenAI client's api_key)",
+            file=sys.stderr,
+        )
+        return 2
     app = create_app(settings)
     routes = app.state.proxy.routing.routes()
     following = (
@@ -23,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"capture proxy on http://{settings.proxy_host}:{settings.proxy_port}/v1 -> {following}; "
-        f"aliases {routes.aliases}; journal {settings.journal_dir}",
+        f"aliases {routes.aliases}; journal {settings.journal_dir}; "
+        f"tenants {', '.join(sorted(settings.ingest_tokens))}",
         flush=True,
     )
     uvicorn.run(app, host=settings.proxy_host, port=settings.proxy_port, log_level=args.log_level)
@@ -35,7 +44,8 @@ def register(sub) -> None:
         "proxy",
         help="the OpenAI-compatible capture proxy in front of vLLM",
         description="Serve /v1/chat/completions and /v1/completions in front of vLLM, recording each "
-        "request carrying an X-Ratchet-Session header as a turn of that session; "
+        "request carrying an X-Ratchet-Session header as a turn of that session, for the tenant whose "
+        "bearer token it carries (RATCHET_INGEST_TOKENS, the ingest API's tokens); "
         "POST /v1/sessions/{id}/end produces the session to sessions.v1. Replicas and the version each "
         "serves come from the routes file the serving controller writes (RATCHET_ROUTING_FILE, default "
         "$RATCHET_STATE_DIR/serving/routes.json), re-read when replaced; until it exists, RATCHET_VLLM_URL "

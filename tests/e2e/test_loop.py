@@ -118,7 +118,10 @@ def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vll
             try:
                 resp = httpx.post(
                     f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
-                    headers={"X-Ratchet-Session": f"e2e-probe-{time.time_ns()}"},
+                    headers={
+                        "X-Ratchet-Session": f"e2e-probe-{time.time_ns()}",
+                        "Authorization": f"Bearer {ps.tenant_token}",
+                    },
                     json={
                         "model": "policy",
                         "messages": [{"role": "user", "content": "hi"}],

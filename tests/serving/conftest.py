@@ -15,6 +15,11 @@ from ingest.contract import Record, parse
 from serving.settings import ProxySettings
 from tests.conftest import free_port
 
+# The proxy's tenants and their bearer tokens (RATCHET_INGEST_TOKENS); AUTH is acme's.
+TOKENS = {"acme": "acme-proxy-token", "beta": "beta-proxy-token"}
+AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
+BETA = {"Authorization": f"Bearer {TOKENS['beta']}"}
+
 
 @contextlib.contextmanager
 def serving(app, timeout_s: float = 30.0):
@@ -59,6 +64,7 @@ def proxy_settings(tmp_path, vllm_url, broker, served_model) -> ProxySettings:
         base_model=served_model,
         state_dir=tmp_path / "state",
         vllm_timeout_s=120.0,
+        ingest_tokens=TOKENS,
     )
 
 

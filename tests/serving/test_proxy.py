@@ -14,11 +14,16 @@ from serving.journal import SessionJournal
 from serving.proxy import create_app
 from serving.routing import RoutingTable
 from serving.vllm_admin import VLLMClient
-from tests.serving.conftest import read_record, serving, write_lora_adapter
+from tests.serving.conftest import AUTH, read_record, serving, write_lora_adapter
 
 
 def new_id() -> str:
     return f"proxy-test-{uuid.uuid4().hex[:12]}"
+
+
+def proxy_client(url: str, headers: dict | None = None) -> httpx.Client:
+    """A client of the proxy at ``url`` with tenant acme's token (or only ``headers``)."""
+    return httpx.Client(base_url=url, headers=AUTH if headers is None else headers, timeout=120)
 
 
 def chat(
@@ -56,7 +61,7 @@ def test_a_three_turn_conversation_is_recorded_exactly_as_vllm_served_it(
         "type": "function",
         "function": {"name": "calculator", "arguments": '{"x": "17*23"}'},
     }
-    with serving(create_app(proxy_settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
 
         def ask(messages, **params):
             body = {"model": "policy", "messages": messages, "max_tokens": 12, "temperature": 0, **params}
@@ -112,7 +117,7 @@ def test_a_three_turn_conversation_is_recorded_exactly_as_vllm_served_it(
 
 def test_a_restarted_proxy_resumes_and_ends_sessions_begun_before(proxy_settings, broker):
     ended_id, idle_id = new_id(), new_id()
-    with serving(create_app(proxy_settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
         first = ok(chat(client, ended_id, [{"role": "user", "content": "Name a colour."}], return_token_ids=True,
                         logprobs=True))  # fmt: skip
         body = {
@@ -127,7 +132,7 @@ def test_a_restarted_proxy_resumes_and_ends_sessions_begun_before(proxy_settings
         fh.write('{"kind": "turns", "turns": [{"role": "ass')  # killed in the middle of a write
 
     app = create_app(proxy_settings)  # a new process on the same journal
-    with serving(app) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(app) as url, proxy_client(url) as client:
         assert ok(client.get("/health"))["open_sessions"] == 2
         ended = ok(client.post(f"/v1/sessions/{ended_id}/end", json={"status": "completed"}))
         assert client.post(f"/v1/sessions/{ended_id}/end", json={"status": "completed"}).status_code == 404
@@ -138,7 +143,7 @@ def test_a_restarted_proxy_resumes_and_ends_sessions_begun_before(proxy_settings
         (timed_out,) = app.state.proxy.close_idle(now=later)
 
     session = read_record(broker, Session, topics.SESSIONS, ended["partition"], ended["offset"])
-    assert session.tenant == proxy_settings.default_tenant
+    assert session.tenant == "acme"  # the token's
     assert [t.role for t in session.turns] == ["user", "assistant"]
     assert recorded(session.turns[1]) == served(first)
     idle = read_record(broker, Session, topics.SESSIONS, timed_out["partition"], timed_out["offset"])
@@ -166,7 +171,7 @@ def test_a_session_stays_on_the_adapter_version_it_started_with(
         messages = [{"role": "user", "content": "Say something about the sea."}]
         with (
             serving(create_app(settings, routing=routing)) as url,
-            httpx.Client(base_url=url, timeout=120) as client,
+            proxy_client(url) as client,
         ):
             assert chat(client, pinned, messages, max_tokens=6).headers["X-Ratchet-Adapter-Version"] == "v1"
             routing.set("policy", None)  # the alias moves back to the base model
@@ -202,7 +207,7 @@ def test_a_session_stays_on_the_adapter_version_it_started_with(
 
 def test_an_invalid_end_is_dead_lettered_and_the_session_stays_open(proxy_settings, broker):
     sid = new_id()
-    with serving(create_app(proxy_settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
         ok(chat(client, sid, [{"role": "user", "content": "Hi"}], max_tokens=4))
         bad = client.post(
             f"/v1/sessions/{sid}/end",
@@ -225,7 +230,7 @@ def test_an_invalid_end_is_dead_lettered_and_the_session_stays_open(proxy_settin
 
 def test_bad_requests_get_clear_errors_and_record_nothing(proxy_settings):
     messages = [{"role": "user", "content": "Hi"}]
-    with serving(create_app(proxy_settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
         streamed = chat(client, new_id(), messages, stream=True)
         assert (
             streamed.status_code == 400
@@ -260,7 +265,7 @@ def test_requests_go_only_to_replicas_serving_their_version_and_survive_a_dead_o
     replicas = (Replica(dead, True, frozenset()), Replica(vllm_url, True, frozenset()))
     write_routes(routes_file, Routes({"policy": None}, replicas, generation=3))
     messages = [{"role": "user", "content": "Hi"}]
-    with serving(create_app(settings)) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(settings)) as url, proxy_client(url) as client:
         answers = [chat(client, new_id(), messages, max_tokens=2) for _ in range(3)]
         assert [a.status_code for a in answers] == [200, 200, 200]
         assert {a.headers["X-Ratchet-Replica"] for a in answers} == {vllm_url}

@@ -23,7 +23,7 @@ from serving.controller import Controller
 from serving.proxy import create_app
 from serving.settings import ControllerSettings, ProxySettings
 from serving.vllm_admin import VLLMClient
-from tests.serving.conftest import Registry, read_record, serving, write_lora_adapter
+from tests.serving.conftest import AUTH, TOKENS, Registry, read_record, serving, write_lora_adapter
 
 PROMPTS = ("The sea is", "My favourite number is")  # turn 1 and turn 2 of every load session
 
@@ -83,7 +83,7 @@ def world(tmp_path_factory, vllm_url, private_replica, mlflow_url, broker, model
     routes = root / "routes.json"
     proxy_settings = ProxySettings(
         kafka_bootstrap=broker, base_model=served_model, adapter_prefix=prefix, routing_file=routes,
-        state_dir=root / "proxy", vllm_timeout_s=120, replica_eject_s=5,
+        state_dir=root / "proxy", vllm_timeout_s=120, replica_eject_s=5, ingest_tokens=TOKENS,
     )  # fmt: skip
     urls = (vllm_url, private_replica.url)
     stop = threading.Event()
@@ -147,7 +147,7 @@ class Load:
             t.join(180)
 
     def _work(self) -> None:
-        with httpx.Client(base_url=self.proxy_url, timeout=180) as client:
+        with httpx.Client(base_url=self.proxy_url, headers=AUTH, timeout=180) as client:
             while not self._stop.is_set():
                 sid = f"swap-test-{uuid.uuid4().hex[:12]}"
                 for turn, prompt in enumerate(PROMPTS):
@@ -221,7 +221,9 @@ def test_hot_swap_under_load_fails_no_request_and_rollback_restores_the_previous
     world.registry.promote("v1")
     world.served_everywhere("v1")
     spanning = f"swap-test-{uuid.uuid4().hex[:12]}"  # a session begun on v2 and continued after the rollback
-    proxy = httpx.Client(base_url=world.proxy_url, headers={"X-Ratchet-Session": spanning}, timeout=120)
+    proxy = httpx.Client(
+        base_url=world.proxy_url, headers={"X-Ratchet-Session": spanning, **AUTH}, timeout=120
+    )
     body = {"model": "policy", "max_tokens": 2, "temperature": 0}
     with Load(world.proxy_url) as load:
         load.more(6)
@@ -312,7 +314,7 @@ def test_a_tampered_adapter_is_refused_and_the_current_version_keeps_serving(wor
             assert "v3" not in replicas.observe(VLLMClient(url), prefix).loaded
         resp = httpx.post(
             f"{world.proxy_url}/v1/completions",
-            headers={"X-Ratchet-Session": f"swap-test-{uuid.uuid4().hex[:12]}"},
+            headers={"X-Ratchet-Session": f"swap-test-{uuid.uuid4().hex[:12]}", **AUTH},
             json={"model": "policy", "prompt": PROMPTS[0], "max_tokens": 2},
             timeout=120,
         )
