@@ -33,6 +33,7 @@ class LearnerState:
     updates: int = 0
     offsets: dict[int, int] = field(default_factory=dict)  # partition → next offset to consume
     ledger_bytes: int = 0
+    ledger_live_from: int = 0  # ledger position of the oldest line the de-duplication index still needs
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     records: int = 0  # records consumed so far
     window: dict[str, Any] = field(default_factory=dict)  # the current publishing window's run and sums

@@ -11,14 +11,28 @@ checkpoint and records that checkpoint in its data window, so a restart never
 publishes the same state twice; half-written versions and checkpoints are
 invisible (renamed into place) and cleaned on start.
 
+MLflow is written after the checkpoint (and the commit), idempotently: a
+window's run is found by its ``window_key`` tag (derived from the checkpointed
+window) before one is created, and each update's metrics are logged with the
+update number as step and a timestamp kept in the checkpoint, so a restart
+replays the checkpoint's last write and MLflow drops the identical copy. A crash
+anywhere leaves neither a duplicated step nor a second run for one window.
+
 Records are de-duplicated by ``(session_id, revision)``; amendments and skips
-are described in :mod:`learner.batching`.
+are described in :mod:`learner.batching`. What the de-duplication and the
+amendments need is kept in :class:`learner.index.SessionIndex`, which forgets
+sessions once they are stale (see there), so memory is bounded.
+
+A data-quality failure quarantines only the records that fail (their session's
+every record in the micro-batch); the rest of the micro-batch is trained.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import os
 import signal
 import sys
 import time
@@ -32,39 +46,27 @@ import torch
 from ingest.config import load
 from ingest.contract import ContractError, DeadLetter, RewardedSession, parse
 from ingest.producer import RecordProducer
-from ingest.quality import QualitySettings, check_batch, quarantine
+from ingest.quality import QualityReport, QualitySettings, check_batch, quarantine
 from learner import checkpoint
-from learner.advantages import Advantage, Baselines, FamilyStats
-from learner.batching import Limits, Outcome, Plan, Trained, collate, plan
+from learner.advantages import Baselines, FamilyStats
+from learner.batching import Limits, Outcome, Plan, collate, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
+from learner.index import SessionIndex
 from learner.settings import LearnerSettings, load_settings
-from learner.store import AdapterStore
+from learner.store import AdapterStore, version_number
 from learner.tracking import WindowTracker
 from learner.trainer import Trainer, load_policy
 
 SOURCE = "learner"
+# Fault injection for tests: the learner SIGKILLs itself the first time it reaches this point
+# ("checkpointed": a checkpoint is written, nothing after it; "tracked": MLflow was just written).
+CRASH_POINT_ENV = "RATCHET_CRASH_POINT"
 
 
 def estimated_tokens(value: bytes) -> int:
     """About one token per list element of a rewarded record (token ids and logprobs)."""
     return value.count(b",")
-
-
-def ledger_index(entries: list[dict[str, Any]]) -> tuple[dict[str, Trained], set[tuple[str, int]]]:
-    """What was trained (latest trained revision per session) and every pair already seen."""
-    trained: dict[str, Trained] = {}
-    seen: set[tuple[str, int]] = set()
-    for e in entries:
-        if e["outcome"] in ("malformed", "quarantined"):
-            continue
-        seen.add((e["session_id"], e["revision"]))
-        if e["outcome"] in ("trained", "amended"):
-            masked = tuple(tuple(span) for span in e["masked"])
-            trained[e["session_id"]] = Trained(
-                e["revision"], Advantage.of(e["advantage"]), masked, e["excluded"]
-            )
-    return trained, seen
 
 
 def ledger_entry(
@@ -73,10 +75,15 @@ def ledger_entry(
     entry: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
     if outcome is None:
         return {**entry, "outcome": reason, "session_id": None, "revision": None}
+    if reason is not None:
+        entry["reason"] = reason
     trained = outcome.trained()
     rs = outcome.rewarded
+    served = [t.adapter_version or rs.session.policy.adapter_version for t in rs.session.assistant_turns()]
     return {
         **entry,
+        "created_at": rs.session.created_at.timestamp(),  # with "served": when it turns stale
+        "served": min((version_number(v) if v else 0 for v in served), default=0),
         "session_id": rs.session_id,
         "revision": rs.revision,
         "outcome": outcome.kind,
@@ -110,7 +117,14 @@ class Learner:
         self.trainer = Trainer(load_policy(settings, adapter_dir), self.store, settings)
         if ckpt is not None:
             self.trainer.optimizer.load_state_dict(torch.load(ckpt.optimizer_path))
-        self.trained, self.seen = ledger_index(self.ledger.read())
+        self.index = SessionIndex.rebuild(
+            self.ledger.path,
+            self.state.ledger_live_from,
+            self.state.ledger_bytes,
+            settings.max_staleness,
+            settings.max_staleness_s,
+        )
+        self.index.evict(time.time(), self.latest_version_number())
         self.consumer = RewardedConsumer(
             settings.kafka_bootstrap, settings.rewarded_topic, settings.learner_group, self.state.offsets
         )
@@ -118,6 +132,7 @@ class Learner:
         if ckpt is not None:
             self.consumer.commit(self.state.offsets)  # the checkpoint is the truth; the group may lag it
         self.tracker = WindowTracker(settings.mlflow_url, settings.mlflow_experiment)
+        self.crash_at = os.environ.get(CRASH_POINT_ENV)
         self._producer: RecordProducer | None = None
         self.quality_settings = load(QualitySettings, "quality") if settings.quality_check else None
         self.last_checkpoint = ckpt
@@ -127,7 +142,17 @@ class Learner:
             where = f"started from {latest.version if latest else 'the base model'}"
         progress(f"learner: {where}: {self.state.updates} updates, offsets {self.state.offsets}")
         if ckpt is not None:
+            self.track()  # the checkpoint's MLflow write again: the crash may have come before it
             self.settle_publish(ckpt)
+
+    def crash_point(self, name: str) -> None:
+        if self.crash_at == name:
+            self.progress(f"crash point {name}: SIGKILL")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def latest_version_number(self) -> int:
+        latest = self.store.latest()
+        return version_number(latest.version) if latest else 0
 
     # --- one micro-batch ---------------------------------------------------------------
 
@@ -144,6 +169,9 @@ class Learner:
         entries += self.remember(records, batch.outcomes, batch.train)
         self.account(batch.outcomes, metrics)
         ckpt = self.persist(consumed, batch.baselines, entries)
+        self.crash_point("checkpointed")
+        if metrics:
+            self.track()
         line = ", ".join(f"{n} {k}" for k, n in sorted(Counter(e["outcome"] for e in entries).items()))
         if metrics:
             line += f"; update {self.state.updates}: loss {metrics['loss']:.4f}, kl {metrics['kl']:.4f}, "
@@ -178,19 +206,13 @@ class Learner:
             now=time.time(),
         )
         baselines = {k: FamilyStats(**v) for k, v in self.state.baselines.items()}
-        return plan(
-            sessions, self.trained, self.seen, baselines, limits, s.advantage_params(), s.skip_uniform_batches
-        )
+        trained, seen = self.index.view(rs.session_id for rs in sessions)
+        return plan(sessions, trained, seen, baselines, limits, s.advantage_params(), s.skip_uniform_batches)
 
     def remember(self, records: list[Consumed], outcomes: list[Outcome], trained: bool) -> list[dict]:
-        """Ledger lines for a planned batch; the de-duplication and amendment index follow them."""
-        entries = []
-        for record, outcome in zip(records, outcomes, strict=True):
-            entries.append(ledger_entry(record, outcome, self.state.updates if trained else None))
-            self.seen.add((outcome.rewarded.session_id, outcome.rewarded.revision))
-            if (done := outcome.trained()) is not None:
-                self.trained[outcome.rewarded.session_id] = done
-        return entries
+        """Ledger lines for a planned batch (the index follows them once they are written)."""
+        update = self.state.updates if trained else None
+        return [ledger_entry(r, o, update) for r, o in zip(records, outcomes, strict=True)]
 
     def persist(self, consumed: list[Consumed], baselines: Baselines, entries: list[dict]) -> Checkpoint:
         """Ledger lines, then the checkpoint that covers them, then the consumer offsets."""
@@ -199,7 +221,11 @@ class Learner:
             state.offsets[record.partition] = max(state.offsets.get(record.partition, 0), record.offset + 1)
         state.baselines = {k: dataclasses.asdict(v) for k, v in baselines.items()}
         state.records += len(consumed)
-        state.ledger_bytes = self.ledger.append(sorted(entries, key=lambda e: (e["partition"], e["offset"])))
+        lines = sorted(entries, key=lambda e: (e["partition"], e["offset"]))
+        start, state.ledger_bytes = state.ledger_bytes, self.ledger.append(lines)
+        self.index.remember(lines, start, state.ledger_bytes)
+        self.index.evict(time.time(), self.latest_version_number())
+        state.ledger_live_from = self.index.live_from()
         state.checkpoint += 1
         ckpt = checkpoint.save(
             s.learner_state_dir, state, self.trainer.save_adapter, self.trainer.optimizer, s.keep_checkpoints
@@ -215,8 +241,9 @@ class Learner:
         return self._producer
 
     def check_quality(self, sessions: list[RewardedSession], records: list[Consumed]):
-        """The great-expectations check of a micro-batch (its latest revision of each session);
-        a failing batch is quarantined to the dead-letter topic and trains nothing."""
+        """The great-expectations check of a micro-batch (its latest revision of each session). When
+        the batch fails, only the sessions that fail are quarantined to the dead-letter topic (every
+        record of theirs in the batch, each with its reason in the ledger); the rest go on."""
         latest: dict[str, RewardedSession] = {}
         for rs in sessions:
             if rs.session_id not in latest or rs.revision > latest[rs.session_id].revision:
@@ -224,15 +251,39 @@ class Learner:
         report = check_batch(list(latest.values()), self.quality_settings)
         if report.success:
             return sessions, records, []
-        quarantine(self.producer(), list(latest.values()), report, SOURCE)
-        self.progress(f"batch quarantined: {'; '.join(report.failures)}")
-        entries = [
-            ledger_entry(r, Outcome(rs, "quarantined"), None) for rs, r in zip(sessions, records, strict=True)
-        ]
-        return [], [], entries
+        reasons = self.failing(latest, report)
+        bad = [rs for sid, rs in latest.items() if sid in reasons]
+        letters = QualityReport(False, report.failures, {}, len(bad), reasons)
+        quarantine(self.producer(), bad, letters, SOURCE)
+        self.progress(f"quarantined {len(bad)} of {len(latest)} sessions: {'; '.join(report.failures)}")
+        kept_sessions, kept_records, entries = [], [], []
+        for rs, record in zip(sessions, records, strict=True):
+            if rs.session_id in reasons:
+                reason = "; ".join(reasons[rs.session_id])
+                entries.append(ledger_entry(record, Outcome(rs, "quarantined"), None, reason))
+            else:
+                kept_sessions.append(rs)
+                kept_records.append(record)
+        return kept_sessions, kept_records, entries
+
+    def failing(self, latest: dict[str, RewardedSession], report: QualityReport) -> dict[str, list[str]]:
+        """The sessions of a failed batch that fail, with their failures: the rows great-expectations
+        names as unexpected, then, if the others still fail together, each of those checked alone."""
+        reasons = {sid: list(r) for sid, r in report.record_failures.items() if sid in latest}
+        rest = [rs for sid, rs in latest.items() if sid not in reasons]
+        if rest and (not reasons or not check_batch(rest, self.quality_settings).success):
+            for rs in rest:
+                own = check_batch([rs], self.quality_settings)
+                if not own.success:
+                    reasons[rs.session_id] = own.record_failures.get(rs.session_id) or own.failures
+        if not reasons:  # the batch fails as a whole only (a table-level expectation): all of it
+            why = "quarantined with its batch, which failed: " + "; ".join(report.failures)
+            reasons = {sid: [why] for sid in latest}
+        return reasons
 
     def account(self, outcomes: list[Outcome], metrics: dict[str, float] | None) -> None:
-        """Add a micro-batch to the window's sums (and open the window's MLflow run on its first update)."""
+        """Add a micro-batch to the window's sums, and the update's MLflow record to the window: both
+        go into the checkpoint, and MLflow is written only after it (:meth:`track`)."""
         window = self.state.window
         counts = window.setdefault("counts", {})
         for o in outcomes:
@@ -241,14 +292,10 @@ class Learner:
             return
         if not window.get("opened_at"):
             window["opened_at"] = time.time()
-            window["run_id"] = self.tracker.open(
-                None,
-                {k: v for k, v in dataclasses.asdict(self.settings).items()},
-                {
-                    "window": f"after-update-{self.state.updates - 1}",
-                    "learner_group": self.settings.learner_group,
-                },
-            )
+            window["first_update"] = self.state.updates
+            origin = f"{self.settings.learner_group}|{self.settings.rewarded_topic}|{self.state.updates}|"
+            origin += ",".join(f"{p}:{o}" for p, o in sorted(self.state.offsets.items()))
+            window["key"] = hashlib.sha256(origin.encode()).hexdigest()[:32]
         staleness = window.setdefault("staleness", {})
         stale_values = [o.staleness for o in outcomes if o.trained() is not None and o.staleness is not None]
         for value in stale_values:
@@ -261,7 +308,35 @@ class Learner:
         if stale_values:
             step_metrics["staleness_mean"] = sum(stale_values) / len(stale_values)
             step_metrics["staleness_max"] = float(max(stale_values))
-        self.tracker.log(window.get("run_id"), self.state.updates, step_metrics)
+        window["last"] = {
+            "step": self.state.updates,
+            "timestamp_ms": int(time.time() * 1000),
+            "metrics": step_metrics,
+        }
+
+    def window_run(self) -> str | None:
+        """The current window's MLflow run: the one already made for its key, else a new one."""
+        window = self.state.window
+        if not window.get("key"):
+            return None
+        if not window.get("run_id"):
+            window["run_id"] = self.tracker.open(
+                window["key"],
+                dataclasses.asdict(self.settings),
+                {
+                    "window": f"after-update-{window['first_update'] - 1}",
+                    "learner_group": self.settings.learner_group,
+                },
+            )
+        return window["run_id"]
+
+    def track(self) -> None:
+        """Write the checkpointed update's MLflow record (again, after a restart: MLflow keeps one)."""
+        last = self.state.window.get("last")
+        if last is None:
+            return
+        self.tracker.log(self.window_run(), last["step"], last["metrics"], last["timestamp_ms"])
+        self.crash_point("tracked")
 
     # --- publishing ---------------------------------------------------------------------
 
@@ -317,7 +392,9 @@ class Learner:
         window = self.state.window
         summary = {f"staleness_{k}": float(v) for k, v in window.get("staleness", {}).items()}
         summary.update({f"count_{k}": float(v) for k, v in window.get("counts", {}).items()})
-        self.tracker.close(window.get("run_id"), self.state.updates, summary, {"adapter_version": version})
+        at_ms = window.get("last", {}).get("timestamp_ms")
+        tags = {"adapter_version": version}
+        self.tracker.close(self.window_run(), self.state.updates, summary, tags, at_ms)
         self.state.window = {}
 
     def close(self) -> None:

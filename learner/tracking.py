@@ -5,6 +5,11 @@ publish. Its run holds the settings as params, the loss components per update
 (step = update number) and, when the window closes, the staleness histogram,
 the skip counts and the published version as a tag. Without a tracking URL
 nothing is logged.
+
+Every write is idempotent, so the learner can repeat the last one after a crash:
+a window's run is looked up by its ``window_key`` tag before one is created, and
+metrics carry the update number as step and a timestamp from the checkpoint
+(MLflow stores an identical metric once).
 """
 
 from __future__ import annotations
@@ -24,34 +29,45 @@ class WindowTracker:
             found = self.client.get_experiment_by_name(experiment)
             self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
 
-    def open(self, run_id: str | None, params: dict[str, Any], tags: dict[str, str]) -> str | None:
-        """The window's run: ``run_id`` when resuming after a restart, else a new one."""
+    def open(self, key: str, params: dict[str, Any], tags: dict[str, str]) -> str | None:
+        """The window's run: the run already tagged ``window_key=key`` (made before a crash), else a
+        new one. Params are logged each time (the same values again are accepted)."""
         if self.client is None:
             return None
-        if run_id is not None:
-            return run_id
-        run = self.client.create_run(self.experiment_id, tags=tags, run_name=tags.get("window"))
         from mlflow.entities import Param
 
-        self.client.log_batch(
-            run.info.run_id, params=[Param(k, str(v)[:500]) for k, v in sorted(params.items())]
-        )
-        return run.info.run_id
+        found = self.client.search_runs([self.experiment_id], f"tags.window_key = '{key}'", max_results=2)
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run = self.client.create_run(
+                self.experiment_id, tags={**tags, "window_key": key}, run_name=tags.get("window")
+            )
+            run_id = run.info.run_id
+        self.client.log_batch(run_id, params=[Param(k, str(v)[:500]) for k, v in sorted(params.items())])
+        return run_id
 
-    def log(self, run_id: str | None, step: int, metrics: dict[str, float]) -> None:
+    def log(self, run_id: str | None, step: int, metrics: dict[str, float], timestamp_ms: int) -> None:
+        """Metrics at ``step`` with a given timestamp: logging the same record twice keeps one."""
         if self.client is None or run_id is None:
             return
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
         self.client.log_batch(
-            run_id, metrics=[Metric(k, float(v), now, step) for k, v in sorted(metrics.items())]
+            run_id, metrics=[Metric(k, float(v), timestamp_ms, step) for k, v in sorted(metrics.items())]
         )
 
-    def close(self, run_id: str | None, step: int, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    def close(
+        self,
+        run_id: str | None,
+        step: int,
+        metrics: dict[str, float],
+        tags: dict[str, str],
+        timestamp_ms: int | None,
+    ) -> None:
         if self.client is None or run_id is None:
             return
-        self.log(run_id, step, metrics)
+        self.log(run_id, step, metrics, timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         for key, value in tags.items():
             self.client.set_tag(run_id, key, value)
         self.client.set_terminated(run_id, "FINISHED")

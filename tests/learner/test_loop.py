@@ -125,35 +125,38 @@ def test_loop_trains_each_session_once_publishes_and_records(
     assert again.updates == 2 and Ledger(settings.learner_state_dir / "ledger.jsonl").read() == ledger
     assert committed_offsets(broker, topic, settings.learner_group) == {0: 12}
 
-    # A batch that fails the data-quality suite is quarantined, not trained on; the next one trains,
-    # and the T-seconds rule (here 0 s) publishes it.
+    # One record failing the data-quality suite is quarantined with its reason (ledger and dead-letter
+    # topic); the others of its micro-batch are trained. The T-seconds rule (here 0 s) publishes each.
     corrupt = rewarded("q0", 1.0, task_id="t2", behaviour=[-150.0, -1.0, -1.0, -1.0])
     produce(
         broker,
         topic,
         [
             corrupt,
-            rewarded("q1", 0.0, task_id="t2"),
+            rewarded("q1", 1.0, task_id="t2"),
+            rewarded("q2", 0.0, task_id="t2"),
             rewarded("r0", 1.0, task_id="t3"),
             rewarded("r1", 0.0, task_id="t3"),
+            rewarded("r2", 1.0, task_id="t3"),
         ],
     )
-    by_time = dataclasses.replace(settings, batch_sessions=2, publish_every_updates=100, publish_every_s=0.0)
+    by_time = dataclasses.replace(settings, batch_sessions=3, publish_every_updates=100, publish_every_s=0.0)
     after = run(by_time, idle_exit_s=3.0, progress=print)
     tail = Ledger(settings.learner_state_dir / "ledger.jsonl").read()[len(ledger) :]
     assert [(e["session_id"], e["outcome"]) for e in tail] == [
-        ("q0", "quarantined"), ("q1", "quarantined"), ("r0", "trained"), ("r1", "trained"),
+        ("q0", "quarantined"), ("q1", "trained"), ("q2", "trained"),
+        ("r0", "trained"), ("r1", "trained"), ("r2", "trained"),
     ]  # fmt: skip
-    assert after.updates == 3 and after.offsets == {0: 16}
-    letters = dead_letters_for(broker, {"q0", "q1"})
-    assert "min_logprob" in letters["q0"]["reason"]
-    assert store.versions() == ["v1", "v2"]
-    v2 = store.verify("v2").manifest
-    assert (
-        v2.parent == "v1"
-        and v2.data_window["offsets_from"] == {"0": 8}
-        and v2.data_window["offsets_to"] == {"0": 16}
-    )
+    assert "min_logprob" in tail[0]["reason"]
+    assert tail[1]["update"] == tail[2]["update"] == 3 and tail[3]["update"] == 4
+    assert after.updates == 4 and after.offsets == {0: 18}
+    letter = dead_letters_for(broker, {"q0"})["q0"]
+    assert "min_logprob" in letter["reason"] and "with its batch" not in letter["reason"]
+    assert store.versions() == ["v1", "v2", "v3"]
+    v2, v3 = store.verify("v2").manifest, store.verify("v3").manifest
+    assert v2.parent == "v1" and v2.data_window["offsets_from"] == {"0": 8}
+    assert v2.data_window["offsets_to"] == {"0": 15} and v2.data_window["window_updates"] == 1
+    assert v3.parent == "v2" and v3.data_window["offsets_to"] == {"0": 18}
 
 
 def start_learner(env: dict[str, str]) -> subprocess.Popen:
@@ -167,13 +170,8 @@ def start_learner(env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def test_kill_9_anywhere_trains_every_session_exactly_once(broker, topic, model_dir, tmp_path):
-    """SIGKILL the learner right after random progress markers (mid-publish, between checkpoint and
-    commit, mid-training), restart it, and check the ledger, the offsets and the store."""
-    settings = tiny_settings(tmp_path, broker, topic, model_dir)
-    sessions = [rewarded(f"k{i}", float(i % 3 == 0), task_id=f"task-{i // 4}") for i in range(16)]
-    produce(broker, topic, [*sessions, sessions[5], sessions[11]])  # two redeliveries
-    env = {
+def learner_env(settings, **extra: str) -> dict[str, str]:
+    return {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "OMP_NUM_THREADS": "1",
@@ -182,8 +180,19 @@ def test_kill_9_anywhere_trains_every_session_exactly_once(broker, topic, model_
         **{
             f"RATCHET_{k.upper()}": ",".join(v) if isinstance(v, tuple) else str(v)
             for k, v in vars(settings).items()
+            if v is not None
         },
+        **extra,
     }
+
+
+def test_kill_9_anywhere_trains_every_session_exactly_once(broker, topic, model_dir, tmp_path):
+    """SIGKILL the learner right after random progress markers (mid-publish, between checkpoint and
+    commit, mid-training), restart it, and check the ledger, the offsets and the store."""
+    settings = tiny_settings(tmp_path, broker, topic, model_dir)
+    sessions = [rewarded(f"k{i}", float(i % 3 == 0), task_id=f"task-{i // 4}") for i in range(16)]
+    produce(broker, topic, [*sessions, sessions[5], sessions[11]])  # two redeliveries
+    env = learner_env(settings)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     plans = [("publishing", 1)] + [
@@ -232,3 +241,35 @@ def test_kill_9_anywhere_trains_every_session_exactly_once(broker, topic, model_
     for earlier, later in zip(windows, windows[1:], strict=False):
         assert later.data_window["offsets_from"] == earlier.data_window["offsets_to"]
         assert later.data_window["updates"] > earlier.data_window["updates"]
+
+
+def test_kill_9_around_the_checkpoint_leaves_one_mlflow_run_and_no_duplicated_step(
+    broker, mlflow_url, model_dir, tmp_path
+):
+    """The learner SIGKILLs itself right after the checkpoint (before MLflow) and right after the MLflow
+    write (before anything else); restarted each time, the window still has one run, FINISHED, with
+    each update's metrics once."""
+    topic = f"rewarded-test-{uuid.uuid4().hex[:10]}"
+    topics.ensure_topics(broker, [topics.TopicSpec(topic, 1, 3600_000)])
+    settings = tiny_settings(tmp_path, broker, topic, model_dir, mlflow_url=mlflow_url)
+    produce(broker, topic, [rewarded(f"m{i}", float(i % 2), task_id=f"t{i // 4}") for i in range(8)])
+    for crash in ("tracked", "checkpointed", "tracked", None):
+        proc = start_learner(learner_env(settings, **({"RATCHET_CRASH_POINT": crash} if crash else {})))
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == (-signal.SIGKILL if crash else 0), output
+        assert (f"crash point {crash}: SIGKILL" in output) if crash else "crash point" not in output, output
+
+    state = checkpoint.latest(settings.learner_state_dir).state
+    assert state.updates == 2 and AdapterStore(settings.adapter_store_dir).versions() == ["v1"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_url)
+    experiment = client.get_experiment_by_name("ratchet-learner")
+    runs = client.search_runs([experiment.experiment_id], f"tags.learner_group = '{settings.learner_group}'")
+    assert [(r.info.status, r.data.tags.get("adapter_version")) for r in runs] == [("FINISHED", "v1")]
+    (run_info,) = runs
+    assert "loss" in run_info.data.metrics and "count_trained" in run_info.data.metrics
+    for key in run_info.data.metrics:
+        steps = [m.step for m in client.get_metric_history(run_info.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
+    assert [m.step for m in client.get_metric_history(run_info.info.run_id, "loss")] == [1, 2]
