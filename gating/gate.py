@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from gating.rule import Decision, Reason, Scores, decide
 from gating.settings import GateSettings
 from gating.suites import SUITES_DIR, Suite, load_suite
 from learner.store import VERSION_RE, AdapterStore, StoredAdapter, TamperedAdapter, version_number
+from learner.store import zero_adapter as _zero_adapter
 
 ACTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 OVERRIDES = ("approve", "reject", "rollback")
@@ -411,24 +411,9 @@ class Gate:
 
 
 def zero_adapter(like: Path, root: Path) -> Path:
-    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    config = (like / "adapter_config.json").read_bytes()
-    folder = root / hashlib.sha256(config).hexdigest()[:16]
-    if (folder / "adapter_model.safetensors").exists():
-        return folder
-    staging = root / f".staging-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    weights = {k: torch.zeros_like(v) for k, v in load_file(like / "adapter_model.safetensors").items()}
-    save_file(weights, staging / "adapter_model.safetensors")
-    (staging / "adapter_config.json").write_bytes(config)
-    try:
-        staging.rename(folder)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
-    return folder
+    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter
+    (``learner.store.zero_adapter``, the one builder the gate and the serving controller share)."""
+    return _zero_adapter(root, like=like)
 
 
 def _plotted(metric: str) -> bool:

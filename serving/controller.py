@@ -17,6 +17,13 @@ something):
    the versions it moved through: the last ``retention`` stay loaded);
 5. unload versions no longer kept once every proxy follows these routes and
    reports nothing in flight on them.
+
+With ``zero_adapter_base`` the base model is served as an all-zero adapter,
+``<adapter_prefix>-base`` (built once in the adapter store's folder from the
+base model's safetensors header): loaded first on every healthy replica,
+probed against the base model itself, never unloaded, and named in the routes
+so that proxies send base requests to it (vLLM-CPU mis-serves requests without
+an adapter that share a batch with two or more adapters).
 """
 
 from __future__ import annotations
@@ -34,12 +41,12 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from learner.store import AdapterStore, StoredAdapter, StoreError
+from learner.store import AdapterStore, StoreError, zero_adapter
 from serving import reconcile, replicas
 from serving.champion import ChampionUnknown, champion_version
 from serving.probe import ExpectedLogprobs, ProbeMismatch
 from serving.reconcile import ProxyReport
-from serving.replicas import Observation
+from serving.replicas import BASE, Loadable, Observation
 from serving.routing import Routes, RoutesFileError, read_routes, write_routes
 from serving.settings import ControllerSettings
 from serving.vllm_admin import VLLMClient, VLLMError
@@ -98,6 +105,7 @@ class Controller:
         self._desired_since = time.monotonic()
         self._mlflow = None
         self._pool = ThreadPoolExecutor(max(1, len(self.clients)), thread_name_prefix="replica")
+        self._zero: Loadable | None = None
 
     def close(self) -> None:
         self._pool.shutdown()
@@ -107,6 +115,23 @@ class Controller:
 
     def adapter_name(self, version: str) -> str:
         return f"{self.settings.adapter_prefix}-{version}"
+
+    @property
+    def base_adapter_name(self) -> str:
+        return replicas.base_adapter_name(self.settings.adapter_prefix)
+
+    def _loadable(self, version: str, stored: _Memo) -> Loadable:
+        """A kept version from the store (hash checked), or the base model's zero adapter."""
+        if version != BASE:
+            return Loadable.stored(stored(version))
+        if self._zero is None:
+            # in the adapter store's folder: replicas see the store at the same path
+            folder = self.store.root / "zero-adapters"
+            try:
+                self._zero = Loadable.zero(zero_adapter(folder, model_dir=self.settings.model_dir))
+            except OSError as exc:
+                raise StoreError(f"cannot build the base model's zero adapter in {folder}: {exc}") from None
+        return self._zero
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -134,7 +159,7 @@ class Controller:
         )
         for o in observations:
             self._note_health(o)
-            self.verified[o.url] &= set(o.loaded) if o.healthy else set()
+            self.verified[o.url] &= set(o.held) if o.healthy else set()
         start = observations
         reports = self._proxy_reports()
         current = self.routes.aliases.get(s.policy_alias)
@@ -143,13 +168,19 @@ class Controller:
         keep = reconcile.keep_versions(desired, retain, reports, loaded, s.max_loaded_versions)
         stored = _Memo(lambda v: replicas.from_store(self.store, v))
         observations = list(self._pool.map(lambda o: self._bring(o, keep, stored), observations))
-        changed = any(o.loaded != before.loaded for o, before in zip(observations, start, strict=True))
+        changed = any(o.held != before.held for o, before in zip(observations, start, strict=True))
+        base_adapter = self.base_adapter_name if s.zero_adapter_base else None
+        if base_adapter and not any(BASE in self.verified[o.url] for o in observations if o.healthy):
+            self.problems.append(
+                f"the base model's zero adapter {base_adapter} is verified on no healthy replica "
+                f"({self._why_not(BASE)}): base requests go to the plain model"
+            )
 
         alias = reconcile.choose_alias(desired, current, self.verified)
         if desired is not None and alias != desired:
             self.problems.append(f"champion {desired} is not served yet: {self._why_not(desired)}")
         routes = reconcile.build_routes(
-            s.policy_alias, alias, observations, self.verified, keep, self.routes.generation + 1
+            s.policy_alias, alias, observations, self.verified, keep, self.routes.generation + 1, base_adapter
         )
         if not routes.same_routing(self.routes):
             self._publish(routes, current)
@@ -197,8 +228,9 @@ class Controller:
         """Load and verify on replica ``o`` each kept version it lacks; what it holds afterwards."""
         if not o.healthy:
             return o
-        client, loaded = self.clients[o.url], set(o.loaded)
-        for version in keep:
+        client, loaded = self.clients[o.url], set(o.held)
+        wanted = ([BASE] if self.settings.zero_adapter_base else []) + keep  # the base model first
+        for version in wanted:
             failed = self.failures.get((o.url, version))
             if version in self.verified[o.url] or (
                 failed and time.time() - failed.at < self.settings.retry_failed_s
@@ -206,7 +238,7 @@ class Controller:
                 continue
             name, ours, started = self.adapter_name(version), False, time.perf_counter()
             try:
-                adapter = stored(version)
+                adapter = self._loadable(version, stored)
                 if version not in loaded:
                     replicas.load(client, name, adapter)
                     loaded.add(version)
@@ -224,9 +256,9 @@ class Controller:
             self.failures.pop((o.url, version), None)
             how = f"loaded in {time.perf_counter() - started:.2f}s and" if ours else "already loaded,"
             self.log(f"{o.url}: {version} {how} verified (probe max |Δ| {result.max_abs_diff:.1e})")
-        return dataclasses.replace(o, loaded=frozenset(loaded))
+        return dataclasses.replace(o, loaded=frozenset(loaded - {BASE}), base_loaded=BASE in loaded)
 
-    def _probe(self, client: VLLMClient, name: str, adapter: StoredAdapter):
+    def _probe(self, client: VLLMClient, name: str, adapter: Loadable):
         s = self.settings
         return replicas.probe(client, name, adapter, self.expected, s.probe_tolerance, s.probe_tokens)
 
@@ -271,10 +303,10 @@ class Controller:
         self.routes = routes
         self.metrics.generation.set(routes.generation)
         alias = routes.aliases[self.settings.policy_alias]
-        parts = [
-            f"{r.url}={'+'.join(sorted(r.versions, key=reconcile.number)) or '-'}{'' if r.healthy else '(down)'}"
-            for r in routes.replicas
-        ]
+        parts = []
+        for r in routes.replicas:
+            served = ([BASE] if r.base else []) + sorted(r.versions, key=reconcile.number)
+            parts.append(f"{r.url}={'+'.join(served) or '-'}{'' if r.healthy else '(down)'}")
         self.log(
             f"routes generation {routes.generation}: {self.settings.policy_alias} -> {alias or 'base'}; {' '.join(parts)}"
         )
@@ -298,10 +330,12 @@ class Controller:
 
     def _write_status(self, desired, keep, observations: list[Observation], reports) -> None:
         routed = {r.url: sorted(r.versions, key=reconcile.number) for r in self.routes.replicas}
+        base_routed = {r.url: r.base for r in self.routes.replicas}
         status = {
             "updated_at": time.time(),
             "champion": desired,
             "alias": self.routes.aliases,
+            "base_adapter": self.routes.base_adapter,
             "generation": self.routes.generation,
             "keep": keep,
             "problems": self.problems,
@@ -312,6 +346,7 @@ class Controller:
                     "error": o.error,
                     "loaded": sorted(o.loaded, key=reconcile.number),
                     "routed": routed.get(o.url, []),
+                    "base_adapter": {"loaded": o.base_loaded, "routed": base_routed.get(o.url, False)},
                     "failures": {v: f.reason for (u, v), f in self.failures.items() if u == o.url},
                 }
                 for o in observations

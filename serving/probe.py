@@ -5,7 +5,8 @@ same prompt and completion tokens are then scored with PEFT on the CPU from the
 adapter store's (hash-verified) files. The replica passes when every token's
 logprob agrees within a tolerance (vLLM fp32 and PEFT fp32 agree to ~2e-5; a
 different adapter, or the base model, is off by ~0.1 nats or more). Expected
-logprobs are computed once per (version, tokens) and cached.
+logprobs are computed once per (version, tokens) and cached. The base model's
+zero adapter is checked against the base model itself.
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ class ExpectedLogprobs:
         self._cache: dict[tuple, tuple[float, ...]] = {}
 
     def __call__(
-        self, version: str, adapter_dir: Path, prompt_ids: tuple[int, ...], completion_ids: tuple[int, ...]
+        self,
+        version: str,
+        adapter_dir: Path | None,
+        prompt_ids: tuple[int, ...],
+        completion_ids: tuple[int, ...],
     ) -> tuple[float, ...]:
+        """``adapter_dir`` None: the base model's own logprobs (what its zero adapter must give)."""
         key = (version, str(adapter_dir), prompt_ids, completion_ids)
         with self._lock:
             if key not in self._cache:
@@ -75,7 +81,7 @@ class ExpectedLogprobs:
             self._cache = {k: v for k, v in self._cache.items() if k[0] != version}
 
     def _compute(
-        self, adapter_dir: Path, prompt_ids: tuple[int, ...], completion_ids: tuple[int, ...]
+        self, adapter_dir: Path | None, prompt_ids: tuple[int, ...], completion_ids: tuple[int, ...]
     ) -> tuple[float, ...]:
         import torch
         from peft import PeftModel
@@ -86,6 +92,10 @@ class ExpectedLogprobs:
             from transformers import AutoModelForCausalLM
 
             self._base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        if adapter_dir is None:
+            with torch.no_grad():
+                logprobs_T = completion_logprobs(self._base, list(prompt_ids), list(completion_ids))
+            return tuple(float(x) for x in logprobs_T)
         model = PeftModel.from_pretrained(self._base, adapter_dir).eval()
         try:
             with torch.no_grad():

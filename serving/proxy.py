@@ -23,8 +23,10 @@ the connection, answers 5xx, or no longer knows the adapter is skipped for
 ``replica_eject_s`` (or until new routes) and the request is retried on
 another replica of the same version, so a replica that dies mid-request costs
 no failed request while another one serves that version; with none, the answer
-is 503 naming the version. Each response names what served it:
-``X-Ratchet-Adapter-Version`` (``base`` for the base model),
+is 503 naming the version. The base model goes to the routes' zero adapter
+(``base_adapter``) on the replicas that verified it, or to the plain model when
+the routes name none; its turns record adapter version null. Each response
+names what served it: ``X-Ratchet-Adapter-Version`` (``base`` for the base model),
 ``X-Ratchet-Served-Model`` (vLLM's own ``model`` field), ``X-Ratchet-Replica``
 and ``X-Ratchet-Routes-Generation``.
 
@@ -262,14 +264,17 @@ class CaptureProxy:
         with self._route_lock:
             self.routing.refresh()
             try:
-                route = pinned or self.routing.resolve(model)
+                if pinned is not None and pinned.adapter_version is None:
+                    route = self.routing.base_route()  # the base model, however it is served now
+                else:
+                    route = pinned or self.routing.resolve(model)
             except UnknownModel as exc:
                 raise ProxyError(404, str(exc)) from None
             generation = self.routing.generation
             if generation != self._ejected_generation:  # new routes: the controller has looked again
                 self._ejected.clear()
                 self._ejected_generation = generation
-            candidates = self._order(self.routing.replicas_for(route), route.adapter_version)
+            candidates = self._order(self.routing.replicas_for(route), self._eject_key(route))
             if not candidates:
                 what = (
                     f"adapter version {route.adapter_version}" if route.adapter_version else "the base model"
@@ -300,6 +305,13 @@ class CaptureProxy:
         rotated = pool[self._turn % len(pool) :] + pool[: self._turn % len(pool)] if pool else []
         return sorted(rotated, key=lambda r: self._replica_inflight[r.url])
 
+    def _eject_key(self, route: Route) -> str | None:
+        """What a replica that does not know ``route``'s vLLM model is skipped for: its adapter version,
+        or the base model's zero adapter; None: the plain base model, known to every replica."""
+        if route.adapter_version is None and route.model != self.routing.base_model:
+            return BASE
+        return route.adapter_version
+
     def _eject(self, url: str, version: str | None, reason: str) -> None:
         with self._route_lock:
             self._ejected[(url, version)] = time.monotonic() + self.settings.replica_eject_s
@@ -328,6 +340,7 @@ class CaptureProxy:
             "generation": routes.generation,
             "routes_file": str(self.routing.routes_file) if self.routing.routes_file else None,
             "aliases": routes.aliases,
+            "base_model": self.routing.base_route().model,
             "inflight": inflight,
             "open_sessions": dict(sessions),
             "replicas": [
@@ -335,6 +348,7 @@ class CaptureProxy:
                     "url": r.url,
                     "healthy": r.healthy,
                     "versions": None if r.versions is None else sorted(r.versions),
+                    "base": r.serves(None, routes.base_adapter is not None),
                     "inflight": replica_inflight.get(r.url, 0),
                 }
                 for r in routes.replicas
@@ -506,12 +520,14 @@ class CaptureProxy:
                 if resp.status_code >= 500:
                     self._eject(replica.url, None, f"answered {resp.status_code}")
                     failure = (resp.status_code, error, latency_s, replica.url)
-                elif resp.status_code == 404 and route.adapter_version and "does not exist" in resp.text:
-                    self._eject(replica.url, route.adapter_version, f"does not know {route.model}")
-                    failure = ProxyError(
-                        503,
-                        f"no replica has adapter version {route.adapter_version} loaded now; retry shortly",
+                elif resp.status_code == 404 and self._eject_key(route) and "does not exist" in resp.text:
+                    self._eject(replica.url, self._eject_key(route), f"does not know {route.model}")
+                    what = (
+                        f"adapter version {route.adapter_version}"
+                        if route.adapter_version
+                        else f"the base model's adapter {route.model}"
                     )
+                    failure = ProxyError(503, f"no replica has {what} loaded now; retry shortly")
                 else:
                     return resp.status_code, error, latency_s, replica.url
                 continue

@@ -7,19 +7,20 @@
 - ``choose_alias``: the alias moves to the desired version only once a replica serves it,
   verified; until then it stays where it is.
 - ``build_routes``: a replica serves a version only when it is healthy, has it loaded and
-  verified, and the version is kept.
+  verified, and the version is kept; it serves the base model through the zero adapter when it
+  has that loaded and verified (``base`` in its verified set). The routes name the zero adapter
+  only while some healthy replica serves it: with none, base requests go to the plain model.
 - ``unloadable``: a loaded version that is not kept is unloaded only once every proxy follows the
   current routes (which no longer list it) and reports no request in flight on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from serving.replicas import Observation
+from serving.replicas import BASE, Observation  # BASE: the base model's key in counts and verified sets
 from serving.routing import Replica, Routes
-
-BASE = "base"  # the base model's key in the proxies' per-version counts
 
 
 @dataclass(frozen=True)
@@ -95,16 +96,22 @@ def build_routes(
     verified: dict[str, set[str]],
     keep: list[str],
     generation: int,
+    base_adapter: str | None = None,
 ) -> Routes:
+    """The routes; ``base_adapter``: the zero adapter's vLLM name (None: the base model is the plain model)."""
     replicas = tuple(
         Replica(
             o.url,
             o.healthy,
             frozenset(verified.get(o.url, set()) & o.loaded & set(keep)) if o.healthy else frozenset(),
+            bool(base_adapter) and o.healthy and o.base_loaded and BASE in verified.get(o.url, set()),
         )
         for o in observations
     )
-    return Routes({alias: version}, replicas, generation)
+    if not any(r.base for r in replicas):
+        base_adapter = None
+        replicas = tuple(dataclasses.replace(r, base=False) for r in replicas)
+    return Routes({alias: version}, replicas, generation, base_adapter=base_adapter)
 
 
 def unloadable(

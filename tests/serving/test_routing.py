@@ -93,3 +93,49 @@ def test_routes_files_with_faults_are_refused_with_the_reason():
         parse_routes({"aliases": {}, "replicas": [{"versions": []}]}, ())
     with pytest.raises(RoutesFileError, match="alias 'policy'"):
         parse_routes({"policy": "latest"}, ())
+
+
+def test_the_base_model_goes_to_the_zero_adapter_on_replicas_that_verified_it(tmp_path):
+    path = tmp_path / "routes.json"
+    a = Replica("http://a", True, frozenset({"v2"}), base=True)
+    b = Replica("http://b", True, frozenset({"v2"}), base=False)  # restarted: no zero adapter yet
+    down = Replica("http://c", False, frozenset(), base=False)
+    routes = Routes({"policy": None, "canary": "v2"}, (a, b, down), 3, base_adapter="policy-base")
+    data = routes.to_json()
+    assert data["base_adapter"] == "policy-base" and [r["base"] for r in data["replicas"]] == [
+        True,
+        False,
+        False,
+    ]
+    write_routes(path, routes)
+    assert read_routes(path) == routes
+    table = RoutingTable("smollm2", {}, routes_file=path)
+    base = Route("policy-base", None)  # the zero adapter's vLLM name; the session records no version
+    assert table.resolve("policy") == base and table.resolve("smollm2") == base
+    assert table.resolve("policy-base") == base and table.base_route() == base
+    assert table.replicas_for(base) == [a]
+    assert table.replicas_for(table.resolve("canary")) == [a, b]  # adapters: as before
+    assert table.replicas_for(Route("smollm2", None)) == [a, b]  # the plain model, if asked for
+    assert not routes.same_routing(Routes(routes.aliases, routes.replicas, 3))
+
+
+def test_routes_without_a_base_adapter_serve_the_plain_model_as_before(tmp_path):
+    path = tmp_path / "routes.json"
+    old = {
+        "generation": 2,
+        "aliases": {"policy": None},
+        "replicas": [{"url": "http://a", "healthy": True, "versions": ["v1"]}],
+    }
+    path.write_text(json.dumps(old))
+    table = RoutingTable("smollm2", {}, routes_file=path)
+    assert table.resolve("policy") == Route("smollm2", None)
+    assert table.replicas_for(table.resolve("policy")) == [Replica("http://a", True, frozenset({"v1"}))]
+    with pytest.raises(UnknownModel):
+        table.resolve("policy-base")
+    assert "base_adapter" not in read_routes(path).to_json()  # written back unchanged
+    assert "base" not in read_routes(path).to_json()["replicas"][0]
+    with pytest.raises(RoutesFileError, match="'base_adapter' must be a vLLM model name"):
+        parse_routes({**old, "base_adapter": 7}, ())
+    # an older proxy's reader sees a newer file as routes plus notes it carries unchanged
+    newer = {**old, "base_adapter": "policy-base"}
+    assert parse_routes(newer, ()).base_adapter == "policy-base"
