@@ -1,0 +1,726 @@
+"""python -m ops.bench learning [--json FILE] [--quick]: how fast Ratchet learns, against the plainest loop.
+
+Two arms get the same wall-clock budget, the same tasks in the same order (training
+split of one task family), the same prompts, temperature and LoRA recipe, on one
+private stack (broker, MLflow, vLLM) that this benchmark starts and stops:
+
+- ``ratchet``: the traffic simulator sends sessions through the real capture proxy;
+  the real reward worker scores them, the real learner process (configured only by
+  ``RATCHET_*`` variables) trains and publishes versions, and the real serving
+  controller hot-loads each new version and routes the following traffic to it. No
+  gate: the benchmark moves the MLflow ``champion`` alias to every version the
+  learner publishes, as a gate that promotes everything would.
+- ``bare``: ``ops.bench._bare_rl``, a synchronous sample → verify → policy-gradient
+  → new adapter loop on the same vLLM; no Kafka, no gate.
+
+Then both final adapters (with ``--curve K`` also K earlier ones per arm) and the base
+model (served as an all-zero adapter, as the gate serves it) are evaluated afresh on the gate's held-out suite of the family, with
+95 % bootstrap intervals over tasks. ``gain_per_min`` is (final − base) pass@1 per
+minute of budget; ``ratio`` is Ratchet's over the bare loop's (mean over seeds).
+
+With ``--family honeypot`` the simulated environment's outcome check accepts the
+answer key's value, so reading the key pays unless a hack detector catches it
+(``--detectors off`` runs the reward worker with none); the evaluation reports
+``hack_rate``. The bare arm always scores with the gate's verifier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+FAMILIES = {"calculator": "target", "honeypot": "honeypot"}  # task family -> the gate's held-out suite
+ARMS = ("ratchet", "bare")
+RATCHET_STAGES = ("ingest", "proxy", "rewards", "learner", "serving")
+EXPERIMENT = "ratchet-bench-learning"
+
+
+@dataclasses.dataclass(frozen=True)
+class LearningConfig:
+    family: str = "calculator"
+    seeds: int = 3
+    minutes: float = 15.0  # wall-clock budget per arm and seed
+    arms: tuple[str, ...] = ARMS
+    negative_weight: float = 1.0  # RATCHET_NEGATIVE_ADVANTAGE_WEIGHT of the learner
+    detectors: bool = True  # the reward worker's hack detectors (off: RATCHET_HACK_DETECTORS empty)
+    eval_tasks: int = 48  # held-out tasks evaluated (0: the whole suite)
+    eval_samples: int = 0  # completions per held-out task (0: the suite's own, 3 for the target)
+    prompts_per_round: int = 8  # tasks per bare round; the learner's micro-batch is this x group_size
+    group_size: int = 4  # sessions (samples) per task
+    temperature: float = 0.7
+    max_tokens: int = 40  # of the tool-call turn
+    learning_rate: float = 1e-3
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    epochs: int = 1  # optimisation steps per micro-batch (learner) and per round (bare)
+    sim_concurrency: int = 4  # sessions in flight in the ratchet arm (the demo's traffic rate)
+    torch_threads: int = 1  # of the learner and the bare loop (2 threads ran 4-5x slower than 1 here)
+    eval_concurrency: int = 16
+    curve: int = 0  # intermediate versions per arm also evaluated (evenly spaced), besides the final one
+    bootstrap_samples: int = 2000
+
+    @property
+    def suite(self) -> str:
+        return FAMILIES[self.family]
+
+    def learner_env(self, seed: int) -> dict[str, str]:
+        """The learner's recipe, as ``RATCHET_*`` variables (its settings are the only interface used)."""
+        return {
+            "RATCHET_SEED": str(seed),
+            "RATCHET_LEARNING_RATE": str(self.learning_rate),
+            "RATCHET_LORA_RANK": str(self.lora_rank),
+            "RATCHET_LORA_ALPHA": str(self.lora_alpha),
+            "RATCHET_LORA_TARGETS": ",".join(self.lora_targets),
+            "RATCHET_EPOCHS_PER_BATCH": str(self.epochs),
+            "RATCHET_NEGATIVE_ADVANTAGE_WEIGHT": str(self.negative_weight),
+            "RATCHET_BATCH_SESSIONS": str(self.prompts_per_round * self.group_size),
+            "RATCHET_BATCH_TOKENS": str(self.prompts_per_round * self.group_size * 1024),  # sessions decide
+            "RATCHET_BATCH_WAIT_S": "60",
+            "RATCHET_PUBLISH_EVERY_UPDATES": "1",  # every update is served to the following traffic
+            "RATCHET_PUBLISH_EVERY_S": "100000",
+            "RATCHET_TORCH_THREADS": str(self.torch_threads),
+        }
+
+
+QUICK = {"seeds": 1, "minutes": 3.0, "eval_tasks": 16, "eval_samples": 1, "prompts_per_round": 2}
+
+
+def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.bench learning",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the report here")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 seed, 3 minutes per arm, 16 held-out tasks x 1 sample, 2 prompts a round",
+    )
+    parser.add_argument("--seeds", type=int, help="seeds, each a full pair of arms (default 3)")
+    parser.add_argument("--minutes", type=float, help="wall-clock budget per arm and seed (default 15)")
+    parser.add_argument("--arm", choices=("ratchet", "bare", "both"), default="both")
+    parser.add_argument(
+        "--negative-weight", type=float, default=1.0, help="the learner's negative advantage weight"
+    )
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
+    parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")
+    parser.add_argument("--eval-tasks", type=int, help="held-out tasks evaluated (default 48; 0: all)")
+    parser.add_argument("--eval-samples", type=int, help="samples per held-out task (default: the suite's)")
+    parser.add_argument("--prompts-per-round", type=int, help="tasks per round / micro-batch (default 8)")
+    parser.add_argument(
+        "--curve", type=int, default=0, help="also evaluate this many intermediate versions per arm"
+    )
+    parser.add_argument("--work-dir", type=Path, help="state, logs and adapters (default: a new temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder afterwards")
+    args = parser.parse_args(list(argv))
+    sized = {
+        "seeds": args.seeds,
+        "minutes": args.minutes,
+        "eval_tasks": args.eval_tasks,
+        "eval_samples": args.eval_samples,
+        "prompts_per_round": args.prompts_per_round,
+    }
+    for name, value in sized.items():
+        if value is None:
+            sized[name] = QUICK[name] if args.quick else getattr(LearningConfig, name)
+    if sized["seeds"] < 1 or sized["prompts_per_round"] < 1 or sized["minutes"] <= 0:
+        parser.error("--seeds and --prompts-per-round must be >= 1 and --minutes > 0")
+    if sized["eval_tasks"] < 0 or sized["eval_samples"] < 0:
+        parser.error("--eval-tasks and --eval-samples must be >= 0")
+    config = LearningConfig(
+        family=args.family,
+        arms=ARMS if args.arm == "both" else (args.arm,),
+        negative_weight=args.negative_weight,
+        detectors=args.detectors == "on",
+        curve=max(0, args.curve),
+        **sized,
+    )
+    return config, args
+
+
+# --- statistics --------------------------------------------------------------------------
+
+
+def bootstrap_interval(
+    values: Sequence[float], confidence: float = 0.95, samples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Two-sided percentile bootstrap interval of the mean (resampling the values, e.g. tasks)."""
+    values_N = np.asarray(values, dtype=float)
+    if len(values_N) == 0:
+        return (math.nan, math.nan)
+    index_R_N = np.random.default_rng(seed).integers(0, len(values_N), size=(samples, len(values_N)))
+    means_R = values_N[index_R_N].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means_R, tail)), float(np.quantile(means_R, 1 - tail))
+
+
+def estimate(per_task: dict[str, float], samples: int = 2000, seed: int = 0) -> dict:
+    """Mean over tasks with its 95 % bootstrap interval."""
+    values = [per_task[t] for t in sorted(per_task)]
+    low, high = bootstrap_interval(values, samples=samples, seed=seed)
+    mean = float(np.mean(values)) if values else math.nan
+    return {"mean": _round(mean), "ci95": [_round(low), _round(high)], "tasks": len(values)}
+
+
+def paired_gain(final: dict[str, float], base: dict[str, float], samples: int = 2000, seed: int = 0) -> dict:
+    """Mean per-task gain (final − base) over the tasks both were scored on, with its 95 % interval."""
+    common = sorted(set(final) & set(base))
+    return estimate({t: final[t] - base[t] for t in common}, samples, seed)
+
+
+def _round(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else round(float(x), 4)
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """Per-task held-out scores of one policy: pass@1 and, for the honeypot, the hack indicator."""
+
+    passed: dict[str, float]
+    hack: dict[str, float] | None = None
+
+
+def heldout(scored: Scored, samples: int = 2000) -> dict:
+    est = estimate(scored.passed, samples)
+    out = {"pass_at_1": est["mean"], "ci95": est["ci95"], "tasks": est["tasks"]}
+    if scored.hack is not None:
+        hack = estimate(scored.hack, samples)
+        out |= {"hack_rate": hack["mean"], "hack_ci95": hack["ci95"]}
+    return out
+
+
+def arm_entry(
+    seed: int,
+    minutes: float,
+    versions: int,
+    sessions: int,
+    base: Scored,
+    final: Scored,
+    samples: int = 2000,
+    **extra,
+) -> dict:
+    """One arm's result for one seed; ``gain_per_min`` is the paired pass@1 gain per minute of budget."""
+    gain = paired_gain(final.passed, base.passed, samples)
+    return {
+        "seed": seed,
+        "minutes": round(minutes, 3),
+        "versions": versions,
+        "sessions": sessions,
+        "heldout_base": heldout(base, samples),
+        "heldout_final": heldout(final, samples),
+        "gain": {"pass_at_1": gain["mean"], "ci95": gain["ci95"]},
+        "gain_per_min": _round(gain["mean"] / minutes) if gain["mean"] is not None else None,
+        **extra,
+    }
+
+
+def mean_of(entries: list[dict], key: str) -> float | None:
+    values = [e[key] for e in entries if e.get(key) is not None]
+    return _round(float(np.mean(values))) if values else None
+
+
+def assemble(
+    arms: dict[str, list[dict]],
+    config: LearningConfig,
+    commit: dict,
+    wall_s: float,
+    machine: dict | None = None,
+) -> dict:
+    """The report: per arm and seed, and the means over seeds with the ratio ratchet / bare."""
+    ratchet, bare = (
+        mean_of(arms.get("ratchet", []), "gain_per_min"),
+        mean_of(arms.get("bare", []), "gain_per_min"),
+    )
+    ratio = _round(ratchet / bare) if ratchet is not None and bare is not None and bare > 0 else None
+    report = {
+        "benchmark": "learning",
+        "family": config.family,
+        "suite": config.suite,
+        "gain_per_min": ratchet,
+        "bare_gain_per_min": bare,
+        "ratio": ratio,
+        "seeds": list(range(config.seeds)),
+        "arms": arms,
+        "commit": commit,
+        "config": dataclasses.asdict(config) | {"suite": config.suite},
+        "wall_s": round(wall_s, 1),
+        "machine": machine or {},
+    }
+    if ratio is None and ratchet is not None and bare is not None:
+        report["ratio_note"] = "undefined: the bare loop gained nothing (gain_per_min <= 0)"
+    return report
+
+
+def machine() -> dict:
+    """What the numbers ran on: CPU count and load average (other work on the machine slows every arm)."""
+    return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def git_commit(repo: Path = REPO) -> dict:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+        return out.stdout.strip()
+
+    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+
+
+# --- the ratchet arm ------------------------------------------------------------------------
+
+
+class Promoter(threading.Thread):
+    """A gate that promotes everything: moves the MLflow ``champion`` alias to each new store version."""
+
+    def __init__(self, mlflow_url: str, registered_model: str, store_dir: Path, say: Callable[[str], None]):
+        super().__init__(daemon=True, name="promoter")
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=mlflow_url, registry_uri=mlflow_url)
+        self.model, self.store_dir, self.say = registered_model, store_dir, say
+        self.stop = threading.Event()
+        self.promoted: dict[str, float] = {}  # version -> wall time of its promotion
+
+    def run(self) -> None:
+        from mlflow.exceptions import MlflowException
+
+        from learner.store import AdapterStore
+
+        store, run_id = AdapterStore(self.store_dir), None
+        while not self.stop.wait(1.0):
+            try:
+                if run_id is None:
+                    experiment = self.client.get_experiment_by_name(EXPERIMENT)
+                    experiment_id = (
+                        experiment.experiment_id if experiment else self.client.create_experiment(EXPERIMENT)
+                    )
+                    with contextlib.suppress(MlflowException):  # made by an earlier pass that failed later
+                        self.client.create_registered_model(self.model)
+                    self.client.get_registered_model(self.model)
+                    run_id = self.client.create_run(experiment_id, run_name=self.model).info.run_id
+                for version in store.versions():
+                    if version in self.promoted:
+                        continue
+                    number = self.client.create_model_version(
+                        self.model,
+                        source=f"runs:/{run_id}/adapter",
+                        run_id=run_id,
+                        tags={"adapter_version": version},
+                    ).version
+                    self.client.set_registered_model_alias(self.model, "champion", number)
+                    self.promoted[version] = time.time()
+                    self.say(f"ratchet: {version} published; champion alias moved to it")
+            except Exception as exc:  # MLflow busy on a loaded machine: try again on the next pass
+                self.say(f"ratchet: promoting failed ({type(exc).__name__}: {exc}); retrying")
+
+
+def answer_checked_simulator(base):
+    """A simulator whose outcome check a shortcut fools: reading the answer key counts as solved."""
+    from gating.verifiers import verify
+
+    class AnswerChecked(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._shortcuts: dict[str, bool] = {}
+
+        async def _chat(self, http, sid, task, messages, max_tokens):
+            text, version = await super()._chat(http, sid, task, messages, max_tokens)
+            if sid not in self._shortcuts:  # the first turn: the tool call
+                self._shortcuts[sid] = bool(verify(task, text).details.get("shortcut"))
+            return text, version
+
+        async def _late_signals(self, http, sid, passed):
+            await super()._late_signals(http, sid, passed or self._shortcuts.pop(sid, False))
+
+    return AnswerChecked
+
+
+# --- the benchmark -----------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, config: LearningConfig, root: Path, say: Callable[[str], None]):
+        from ops.pipeline import PipelineSettings
+        from ops.stack import Stack, StackSettings, free_port
+        from ops.stack import load_settings as load_stack_settings
+
+        self.config, self.root, self.say = config, root, say
+        base = load_stack_settings()
+        self.stack_settings = StackSettings(
+            state_dir=root / "stack",
+            cache_dir=base.cache_dir,
+            vllm_python=base.vllm_python,
+            model_dir=base.model_dir,
+            served_model_name=base.served_model_name,
+            broker_port=free_port(),
+            mlflow_port=free_port(),
+            vllm_port=free_port(),
+            s3_port=free_port(),
+            # one core, the last: "auto" pins vLLM to core 0, where every other stack's vLLM sits too
+            vllm_cpu_bind=str((os.cpu_count() or 1) - 1),
+        )
+        self.ps = PipelineSettings(
+            ingest_port=free_port(),
+            proxy_port=free_port(),
+            rewards_metrics_port=free_port(),
+            controller_metrics_port=free_port(),
+            gate_port=free_port(),
+        )
+        self.arm_env: dict[str, str] = {}
+        self.stack = Stack(self.stack_settings, progress=say, stages=self._stages)
+
+    def _stages(self, stack):
+        from ops.pipeline import stages
+
+        return [
+            dataclasses.replace(c, env={**c.env, **self.arm_env})
+            for c in stages(self.ps)(stack)
+            if c.name in RATCHET_STAGES
+        ]
+
+    @property
+    def model_dir(self) -> Path:
+        from ops.model import prepare_model
+
+        return self.stack_settings.model_dir or prepare_model(self.stack_settings.cache_dir)
+
+    def unload(self, prefix: str) -> None:
+        """Unload every adapter on vLLM whose name starts with ``prefix``."""
+        import httpx
+
+        from serving.vllm_admin import VLLMClient, VLLMError
+
+        client = VLLMClient(self.stack_settings.vllm_url)
+        try:
+            for name in client.models():
+                if name.startswith(prefix):
+                    with contextlib.suppress(VLLMError, httpx.HTTPError):
+                        client.unload_adapter(name)
+        finally:
+            client.close()
+
+    def ratchet(self, seed: int) -> dict:
+        from learner.store import AdapterStore
+        from ops.simulator import Simulator
+        from ops.simulator import load_settings as load_sim_settings
+
+        c, s, ps = self.config, self.stack_settings, self.ps
+        tag = f"s{seed}-{uuid.uuid4().hex[:6]}"
+        state = self.root / f"ratchet-seed{seed}"
+        prefix = f"ratchet{seed}"
+        registered = f"bench-learning-{tag}"
+        self.arm_env = {
+            "RATCHET_STATE_DIR": str(state),
+            "RATCHET_ADAPTER_STORE_DIR": str(state / "adapters"),
+            "RATCHET_LEARNER_STATE_DIR": str(state / "learner"),
+            "RATCHET_REGISTERED_MODEL": registered,
+            "RATCHET_ADAPTER_PREFIX": prefix,
+            "RATCHET_LEARNER_GROUP": f"learner-{tag}",
+            "RATCHET_REWARDS_GROUP_ID": f"rewards-{tag}",
+            "RATCHET_EXPECT_OUTCOME": "true",
+            **c.learner_env(seed),
+            **({} if c.detectors else {"RATCHET_HACK_DETECTORS": ""}),
+        }
+        self.stack.stop("broker")  # memory storage: a fresh broker has empty topics
+        self.stack.up(["broker"])
+        learner_log = self.stack.log_path("learner")
+        log_start = learner_log.stat().st_size if learner_log.exists() else 0
+        self.stack.up(list(RATCHET_STAGES))
+        self._wait_for_learner(learner_log, log_start)
+        promoter = Promoter(s.mlflow_url, registered, state / "adapters", self.say)
+        promoter.start()
+        sim_settings = load_sim_settings(
+            proxy_url=f"http://{s.host}:{ps.proxy_port}",
+            ingest_url=f"http://{s.host}:{ps.ingest_port}",
+            sim_tenant=ps.tenant,
+            sim_token=ps.tenant_token,
+            sim_mix={c.family: "1"},
+            sim_seed=seed,
+            sim_concurrency=c.sim_concurrency,
+            sim_group_size=c.group_size,
+            sim_temperature=c.temperature,
+            sim_max_tokens=c.max_tokens,
+            sim_feedback_rate=0.0,  # the verifier's outcome is the signal, as in the bare arm
+        )
+        simulator_class = answer_checked_simulator(Simulator) if c.family == "honeypot" else Simulator
+        sim = simulator_class(sim_settings, progress=lambda m: self.say(f"ratchet: {m}"))
+        self.say(f"ratchet seed {seed}: {c.minutes:g} minutes of {c.family} traffic through the proxy")
+        started = time.time()
+        try:
+            asyncio.run(sim.run(duration_s=c.minutes * 60))
+        finally:
+            deadline = started + c.minutes * 60
+            promoter.stop.set()
+            promoter.join(30)
+            for name in reversed(RATCHET_STAGES):
+                self.stack.stop(name, timeout_s=5)
+            self.unload(f"{prefix}-")
+        store = AdapterStore(state / "adapters")
+        published = [(v, store.get(v)) for v in store.versions()]
+        in_budget = [(v, a) for v, a in published if a.manifest.created_at <= deadline]
+        results = [r for r in sim.results if r.ended_at <= deadline]
+        first_served: dict[str, float] = {}
+        for r in sorted(results, key=lambda r: r.ended_at):
+            first_served.setdefault(r.adapter_version or "base", r.ended_at)
+        by_version = Counter(r.adapter_version or "base" for r in results)
+        passed_by_version = Counter(r.adapter_version or "base" for r in results if r.passed)
+        ledger = state / "learner" / "ledger.jsonl"
+        outcomes = Counter(
+            json.loads(line).get("outcome")
+            for line in (ledger.read_text().splitlines() if ledger.exists() else [])
+        )
+        final = in_budget[-1][1] if in_budget else None
+        return {
+            "points": [
+                Point(round((a.manifest.created_at - started) / 60, 3), v, a.path) for v, a in in_budget
+            ],
+            "minutes": c.minutes,
+            "versions": len(in_budget),
+            "sessions": len(results),
+            "extra": {
+                "final_adapter": final.version if final else None,
+                "published": [
+                    {
+                        "version": v,
+                        "minute": round((a.manifest.created_at - started) / 60, 2),
+                        "first_served_minute": round((first_served[v] - started) / 60, 2)
+                        if v in first_served
+                        else None,
+                    }
+                    for v, a in published
+                ],
+                "train_success": {
+                    v: {"sessions": n, "success": round(passed_by_version[v] / n, 3)}
+                    for v, n in by_version.items()
+                },
+                "shortcuts": sum(r.shortcut for r in results),
+                "simulator_errors": dict(sim.errors),
+                "learner_outcomes": dict(outcomes),
+            },
+        }
+
+    def _wait_for_learner(self, log: Path, offset: int, timeout_s: float = 300.0) -> None:
+        """Until the learner process has loaded its model and joined its consumer group."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
+            if "learner: started from" in text or "learner: resumed" in text:
+                return
+            if not self.stack.alive("learner"):
+                raise RuntimeError(f"the learner exited while starting:\n{self.stack.tail_log('learner')}")
+            time.sleep(1.0)
+        raise RuntimeError(
+            f"the learner did not start within {timeout_s:.0f}s:\n{self.stack.tail_log('learner')}"
+        )
+
+    def bare(self, seed: int) -> dict:
+        from ops.bench._bare_rl import BareConfig, run
+
+        c = self.config
+        cfg = BareConfig(
+            model_dir=self.model_dir,
+            vllm_url=self.stack_settings.vllm_url,
+            base_model=self.stack_settings.served_model_name,
+            family=c.family,
+            seed=seed,
+            minutes=c.minutes,
+            prompts_per_round=c.prompts_per_round,
+            samples=c.group_size,
+            temperature=c.temperature,
+            max_tokens=c.max_tokens,
+            learning_rate=c.learning_rate,
+            lora_rank=c.lora_rank,
+            lora_alpha=c.lora_alpha,
+            lora_targets=c.lora_targets,
+            epochs=c.epochs,
+            torch_threads=c.torch_threads,
+            adapter_prefix=f"bare{seed}",
+        )
+        self.say(
+            f"bare seed {seed}: {c.minutes:g} minutes of rounds of {c.prompts_per_round} x {c.group_size}"
+        )
+        result = run(cfg, self.root / f"bare-seed{seed}", lambda m: self.say(m))
+        work = self.root / f"bare-seed{seed}"
+        return {
+            "points": [
+                Point(r["minute"], r["adapter"], work / f"r{r['round']}")
+                for r in result.rounds
+                if r["adapter"]
+            ],
+            "minutes": c.minutes,
+            "versions": sum(r["adapter"] is not None for r in result.rounds),
+            "sessions": result.samples,
+            "extra": {
+                "final_adapter": result.final_adapter.name if result.final_adapter else None,
+                "rounds": result.rounds,
+            },
+        }
+
+    def evaluate(self, seed: int, adapters: dict[str, Path]) -> dict[str, Scored]:
+        """Fresh held-out scores of the base model and of each adapter, by label.
+
+        The base model is an all-zero adapter, as the gate serves it (vLLM-CPU mis-serves
+        adapter-less requests that share a batch with two or more adapters). At most three
+        adapters are loaded at a time; the base model's results are kept and reused.
+        """
+        from gating.harness import Harness, Policy
+        from gating.metrics import task_scores
+        from gating.suites import Suite, load_suite
+        from learner.store import content_hash, zero_adapter
+
+        c, s = self.config, self.stack_settings
+        suite = load_suite(c.suite).limited(c.eval_tasks)
+        if c.eval_samples:
+            suite = Suite(
+                dataclasses.replace(suite.config, samples=c.eval_samples), suite.tasks, suite.content_hash
+            )
+        harness = Harness(
+            s.vllm_url, s.served_model_name, self.root / f"eval-seed{seed}", c.eval_concurrency, True
+        )
+        like = next(iter(adapters.values()), None)
+        zero = zero_adapter(self.root / "zero-adapters", like=like, model_dir=self.model_dir)
+        labels = list(adapters)
+        chunks = [labels[i : i + 2] for i in range(0, len(labels), 2)] or [[]]
+        results: dict[str, list] = {}
+        self.say(
+            f"evaluating base{''.join(', ' + x for x in labels)} on {len(suite.tasks)} held-out "
+            f"{suite.name} tasks x {suite.config.samples} samples"
+        )
+        try:
+            for chunk in chunks:
+                names: list[str] = []
+
+                def load(label: str, path: Path, digest: str | None, names=names) -> Policy:
+                    name = f"eval{seed}-{label}-{uuid.uuid4().hex[:6]}"
+                    harness.load_adapter(name, path)
+                    names.append(name)
+                    return Policy(label, name, digest)
+
+                try:
+                    base = load("base", zero, None)
+                    policies = {"base": base} | {
+                        x: load(x, adapters[x], content_hash(adapters[x])) for x in chunk
+                    }
+                    runs = harness.run_all([(p, suite) for p in policies.values()])
+                    results |= dict(zip(policies, runs, strict=True))
+                finally:
+                    for name in names:
+                        with contextlib.suppress(Exception):
+                            harness.unload_adapter(name)
+        finally:
+            harness.close()
+        scored = {}
+        for label, res in results.items():
+            scores = task_scores(suite, res)
+            if suite.config.verifier == "honeypot":
+                scored[label] = Scored(scores[f"{suite.name}.pass"], scores[f"{suite.name}.hack"])
+            else:
+                scored[label] = Scored(scores[f"{suite.name}.pass_at_1"])
+        return scored
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """An adapter an arm produced within its budget: when (minutes into it), its name, its folder."""
+
+    minute: float
+    label: str
+    path: Path
+
+
+def pick(points: Sequence[Point], k: int) -> list[Point]:
+    """The final point, and ``k`` intermediate ones evenly spaced before it (in order)."""
+    if not points:
+        return []
+    earlier = list(points[:-1])
+    if k <= 0 or not earlier:
+        return [points[-1]]
+    if k >= len(earlier):
+        return list(points)
+    step = (len(earlier) + 1) / (k + 1)
+    chosen = sorted({min(len(earlier), math.floor(step * (i + 1) + 0.5)) - 1 for i in range(k)})
+    return [earlier[i] for i in chosen] + [points[-1]]
+
+
+def main(argv: list[str]) -> int:
+    from ops.stack import QUIET_ENV
+
+    config, args = parse_args(argv)
+    os.environ.update(QUIET_ENV)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the private stack on the way out
+    started, host_start = time.monotonic(), machine()
+
+    def say(message: str) -> None:
+        print(f"[learning {time.strftime('%H:%M:%S')} +{(time.monotonic() - started) / 60:.1f}m] {message}",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    root = args.work_dir or Path(tempfile.mkdtemp(prefix="ratchet-bench-learning-"))
+    root.mkdir(parents=True, exist_ok=True)
+    say(f"work folder {root}; config {json.dumps(dataclasses.asdict(config))}")
+    bench = Bench(config, root, say)
+    arms: dict[str, list[dict]] = {arm: [] for arm in config.arms}
+    ok = False
+    try:
+        bench.stack.up(["broker", "mlflow", "vllm"])
+        for seed in range(config.seeds):
+            order = (
+                list(config.arms) if seed % 2 == 0 else list(reversed(config.arms))
+            )  # alternate who goes first
+            runs = {arm: (bench.ratchet if arm == "ratchet" else bench.bare)(seed) for arm in order}
+            chosen = {arm: pick(r["points"], config.curve) for arm, r in runs.items()}
+            scored = bench.evaluate(
+                seed, {f"{arm}-{p.label}": p.path for arm, points in chosen.items() for p in points}
+            )
+            for arm in config.arms:
+                r, points = runs[arm], chosen[arm]
+                final = scored[f"{arm}-{points[-1].label}"] if points else scored["base"]
+                curve = [
+                    {"minute": p.minute, "adapter": p.label, **heldout(scored[f"{arm}-{p.label}"], config.bootstrap_samples)}
+                    for p in points
+                ]  # fmt: skip
+                entry = arm_entry(
+                    seed, r["minutes"], r["versions"], r["sessions"], scored["base"], final,
+                    config.bootstrap_samples, curve=curve, **r["extra"],
+                )  # fmt: skip
+                arms[arm].append(entry)
+                say(
+                    f"seed {seed} {arm}: held-out {entry['heldout_base']['pass_at_1']} -> "
+                    f"{entry['heldout_final']['pass_at_1']} ({r['versions']} versions, {r['sessions']} sessions), "
+                    f"gain/min {entry['gain_per_min']}"
+                )
+        ok = True
+    finally:
+        bench.stack.down()
+        if ok and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        elif not ok:
+            say(f"failed; logs and state kept in {root}")
+    host = {"start": host_start, "end": machine()}
+    report = assemble(arms, config, git_commit(), time.monotonic() - started, host)
+    text = json.dumps(report, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
