@@ -102,7 +102,7 @@ class LearningConfig:
         }
 
 
-QUICK = {"seeds": 1, "minutes": 3.0, "eval_tasks": 16, "eval_samples": 1, "prompts_per_round": 2}
+QUICK = {"seeds": 1, "minutes": 3.0, "eval_tasks": 12, "eval_samples": 1, "prompts_per_round": 1}
 
 
 def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]:
@@ -115,7 +115,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="1 seed, 3 minutes per arm, 16 held-out tasks x 1 sample, 2 prompts a round",
+        help="1 seed, 3 minutes per arm, 12 held-out tasks x 1 sample, 1 prompt (x 4 samples) a round",
     )
     parser.add_argument("--seeds", type=int, help="seeds, each a full pair of arms (default 3)")
     parser.add_argument("--minutes", type=float, help="wall-clock budget per arm and seed (default 15)")
@@ -423,6 +423,7 @@ class Bench:
 
     def ratchet(self, seed: int) -> dict:
         from learner.store import AdapterStore
+        from ops.config_reference import check_environment
         from ops.simulator import Simulator
         from ops.simulator import load_settings as load_sim_settings
 
@@ -443,6 +444,9 @@ class Bench:
             **c.learner_env(seed),
             **({} if c.detectors else {"RATCHET_HACK_DETECTORS": ""}),
         }
+        unknown = check_environment(self.arm_env)
+        if unknown:  # a renamed setting would be silently ignored by the stage that no longer reads it
+            raise RuntimeError("; ".join(unknown))
         self.stack.stop("broker")  # memory storage: a fresh broker has empty topics
         self.stack.up(["broker"])
         learner_log = self.stack.log_path("learner")
@@ -669,13 +673,17 @@ def main(argv: list[str]) -> int:
 
     config, args = parse_args(argv)
     os.environ.update(QUIET_ENV)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the private stack on the way out
     started, host_start = time.monotonic(), machine()
 
     def say(message: str) -> None:
         print(f"[learning {time.strftime('%H:%M:%S')} +{(time.monotonic() - started) / 60:.1f}m] {message}",
               file=sys.stderr, flush=True)  # fmt: skip
 
+    def terminated(signum, frame) -> None:
+        say("terminated (SIGTERM): stopping the private stack")
+        sys.exit(143)  # through the finally below, which stops every process this run started
+
+    signal.signal(signal.SIGTERM, terminated)
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="ratchet-bench-learning-"))
     root.mkdir(parents=True, exist_ok=True)
     say(f"work folder {root}; config {json.dumps(dataclasses.asdict(config))}")

@@ -238,3 +238,9 @@ def test_bare_group_loss_of_a_uniform_group_is_none():
     cfg = BareConfig(Path("."), "", "", "calculator", 0, 1.0)
     group = Group(sample_tasks("calculator", 1, seed=0)[0], [1, 2], [[3], [4]], [[-1.0], [-1.0]], [1.0, 1.0])
     assert group_loss(_tiny_model(), group, cfg, 2) is None
+
+
+def test_learner_env_names_only_settings_a_stage_reads():
+    from ops.config_reference import check_environment
+
+    assert check_environment(LearningConfig().learner_env(seed=0)) == []
