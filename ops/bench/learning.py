@@ -73,7 +73,9 @@ class LearningConfig:
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     epochs: int = 1  # optimisation steps per micro-batch (learner) and per round (bare)
-    sim_concurrency: int = 4  # sessions in flight in the ratchet arm (the demo's traffic rate)
+    # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
+    # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
+    sim_concurrency: int = 0
     torch_threads: int = 1  # of the learner and the bare loop (2 threads ran 4-5x slower than 1 here)
     eval_concurrency: int = 16
     curve: int = 0  # intermediate versions per arm also evaluated (evenly spaced), besides the final one
@@ -129,6 +131,12 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     parser.add_argument("--eval-samples", type=int, help="samples per held-out task (default: the suite's)")
     parser.add_argument("--prompts-per-round", type=int, help="tasks per round / micro-batch (default 8)")
     parser.add_argument(
+        "--sim-concurrency",
+        type=int,
+        default=0,
+        help="ratchet arm: sessions in flight (default: prompts per round x 4, as many as a bare round)",
+    )
+    parser.add_argument(
         "--curve", type=int, default=0, help="also evaluate this many intermediate versions per arm"
     )
     parser.add_argument("--work-dir", type=Path, help="state, logs and adapters (default: a new temp folder)")
@@ -154,6 +162,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         negative_weight=args.negative_weight,
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
+        sim_concurrency=max(0, args.sim_concurrency),
         **sized,
     )
     return config, args
@@ -462,7 +471,7 @@ class Bench:
             sim_token=ps.tenant_token,
             sim_mix={c.family: "1"},
             sim_seed=seed,
-            sim_concurrency=c.sim_concurrency,
+            sim_concurrency=c.sim_concurrency or c.prompts_per_round * c.group_size,
             sim_group_size=c.group_size,
             sim_temperature=c.temperature,
             sim_max_tokens=c.max_tokens,
