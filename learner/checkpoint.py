@@ -37,6 +37,8 @@ class LearnerState:
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
     records: int = 0  # records consumed so far
     window: dict[str, Any] = field(default_factory=dict)  # the current publishing window's run and sums
+    head: str = ""  # the version the weights descend from ("base": none; "": not recorded yet)
+    rebases: int = 0  # times the learner went back to the champion (learner/lineage.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

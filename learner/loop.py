@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -53,8 +54,9 @@ from learner.batching import Limits, Outcome, Plan, collate, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
+from learner.lineage import BASE, GateView, read_gate, rebase_target
 from learner.settings import LearnerSettings, load_settings
-from learner.store import AdapterStore, version_number
+from learner.store import AdapterStore, StoreError, version_number
 from learner.tracking import WindowTracker
 from learner.trainer import Trainer, load_policy
 
@@ -136,6 +138,10 @@ class Learner:
         self._producer: RecordProducer | None = None
         self.quality_settings = load(QualitySettings, "quality") if settings.quality_check else None
         self.last_checkpoint = ckpt
+        if not self.state.head:
+            self.state.head = latest.version if latest else BASE
+        self._followed_at = -float("inf")
+        self._follow_failing = False
         if ckpt is not None:
             where = f"resumed from checkpoint {ckpt.state.checkpoint}"
         else:
@@ -157,6 +163,7 @@ class Learner:
     # --- one micro-batch ---------------------------------------------------------------
 
     def step(self, consumed: list[Consumed]) -> None:
+        self.follow()
         sessions, records, entries = self.parse(consumed)
         if sessions and self.settings.quality_check:
             sessions, records, quarantined = self.check_quality(sessions, records)
@@ -338,6 +345,71 @@ class Learner:
         self.tracker.log(self.window_run(), last["step"], last["metrics"], last["timestamp_ms"])
         self.crash_point("tracked")
 
+    # --- following the gate (learner/lineage.py) ----------------------------------------
+
+    def follow(self) -> None:
+        """Rebase on the champion when the gate has left the learner's line (at most every ``follow_every_s``)."""
+        s = self.settings
+        if (
+            not s.follow_champion
+            or not s.mlflow_url
+            or time.monotonic() - self._followed_at < s.follow_every_s
+        ):
+            return
+        self._followed_at = time.monotonic()
+        try:
+            view = read_gate(s.mlflow_url, s.registered_model)
+        except Exception as exc:  # MLflow down must not stop training: say so once, retry later
+            if not self._follow_failing:
+                self.progress(
+                    f"learner: cannot read the gate's decisions from {s.mlflow_url} ({exc}); retrying"
+                )
+            self._follow_failing = True
+            return
+        self._follow_failing = False
+        self.follow_view(view)
+
+    def follow_view(self, view: GateView) -> None:
+        target = rebase_target(self.state.head, self.parent_of, view)
+        if target is not None:
+            self.rebase(target)
+
+    def parent_of(self, version: str) -> str | None:
+        try:
+            return self.store.get(version).manifest.parent
+        except StoreError:
+            return None
+
+    def optimizer_snapshot(self, checkpoint_number: int) -> Path:
+        return (
+            Path(self.settings.learner_state_dir) / "published" / f"ckpt-{checkpoint_number:08d}.optimizer.pt"
+        )
+
+    def rebase(self, target: str) -> None:
+        """Continue from ``target``'s weights and the AdamW state it was published with.
+
+        Nothing is written here: the next checkpoint records the new head, so a
+        kill before it resumes on the old line and rebases again.
+        """
+        head = self.state.head
+        stored = None if target == BASE else self.store.verify(target)
+        trainer = Trainer(
+            load_policy(self.settings, stored.path if stored else None), self.store, self.settings
+        )
+        snapshot = (
+            self.optimizer_snapshot(stored.manifest.data_window.get("checkpoint", -1)) if stored else None
+        )
+        if snapshot is not None and snapshot.exists():
+            trainer.optimizer.load_state_dict(torch.load(snapshot))
+            optimizer = f"AdamW state of checkpoint {stored.manifest.data_window['checkpoint']}"
+        else:
+            optimizer = "a fresh AdamW state" + (" (its state is no longer kept)" if stored else "")
+        self.trainer = trainer
+        self.state.head = target
+        self.state.rebases += 1
+        self.progress(f"rebased on {target} (the gate left {head}'s line): its weights, {optimizer}")
+        self.crash_point("rebased")
+
     # --- publishing ---------------------------------------------------------------------
 
     def published_updates(self) -> int:
@@ -356,12 +428,13 @@ class Learner:
 
     def publish(self, ckpt: Checkpoint) -> None:
         state, window = ckpt.state, self.state.window
-        parent = self.store.latest()
+        parent = None if self.state.head == BASE else self.state.head
+        previous = self.store.latest()
         n = max(1, window.get("updates", 0))
         means = {f"mean_{k}": v / n for k, v in window.get("sums", {}).items()}
         data_window = {
             "topic": self.settings.rewarded_topic,
-            "offsets_from": parent.manifest.data_window.get("offsets_to", {}) if parent else {},
+            "offsets_from": previous.manifest.data_window.get("offsets_to", {}) if previous else {},
             "offsets_to": {str(p): o for p, o in sorted(state.offsets.items())},
             "checkpoint": state.checkpoint,
             "updates": state.updates,
@@ -369,20 +442,35 @@ class Learner:
             "outcomes": window.get("counts", {}),
         }
         self.progress(f"publishing update {state.updates} (checkpoint {state.checkpoint})")
+        self.keep_optimizer(ckpt)
         stored = self.store.publish(
             ckpt.adapter_dir,
             self.settings.base_model_name,
-            parent=parent.version if parent else None,
+            parent=parent,
             data_window=data_window,
             metrics=means,
         )
-        self.progress(f"published {stored.version} (parent {parent.version if parent else 'base'})")
+        self.progress(f"published {stored.version} (parent {parent or BASE})")
+        self.state.head = stored.version
         self.close_window(stored.version)
+
+    def keep_optimizer(self, ckpt: Checkpoint) -> None:
+        """The AdamW state a version is published with, kept for a rebase on it (the latest few)."""
+        target = self.optimizer_snapshot(ckpt.state.checkpoint)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(ckpt.optimizer_path, tmp)
+        os.replace(tmp, target)
+        for old in sorted(target.parent.glob("ckpt-*.optimizer.pt"))[
+            : -self.settings.keep_published_optimizers
+        ]:
+            old.unlink()
 
     def settle_publish(self, ckpt: Checkpoint) -> None:
         """After a restart: close the window a publish from this checkpoint already covered, or publish if due."""
         latest = self.store.latest()
         if latest is not None and latest.manifest.data_window.get("checkpoint") == ckpt.state.checkpoint:
+            self.state.head = latest.version
             if self.state.window.get("opened_at"):
                 self.close_window(latest.version)
             return

@@ -29,6 +29,10 @@ class LearnerSettings:
     learner_state_dir: Path = field(default_factory=lambda: _state_root() / "learner")
     mlflow_url: str | None = None  # MLflow server; None: none (`ratchet learner run`: the local stack's)
     mlflow_experiment: str = "ratchet-learner"  # MLflow experiment, one run per publishing window
+    # following the gate (learner/lineage.py): decisions are read from this registered model in MLflow
+    registered_model: str = "ratchet-policy"  # the gate's registered model (its champion alias and tags)
+    follow_champion: bool = True  # after a rejection or rollback on its line, continue from the champion
+    follow_every_s: float = 10.0  # read the gate's decisions at most this often
     # LoRA and optimiser
     lora_rank: int = 16  # LoRA rank r (vLLM's --max-lora-rank must be at least this)
     lora_alpha: int = 32  # LoRA alpha (scale alpha/r)
@@ -70,6 +74,7 @@ class LearnerSettings:
     publish_every_s: float = 600.0  # T: ... or this long after the last one (with updates since)
     adapter_cache_size: int = 4  # recent versions kept loaded for π_train(v_old)
     keep_checkpoints: int = 2  # checkpoints kept in learner_state_dir
+    keep_published_optimizers: int = 16  # AdamW states of the latest published versions, for rebasing
 
     def objective_params(self) -> ObjectiveParams:
         return ObjectiveParams(

@@ -1,0 +1,68 @@
+"""The learner follows the ratchet: it trains on top of the champion, never on a line the gate left.
+
+Each version the learner publishes names its parent (the version its weights
+continued from). The learner's *head* is the version its current weights
+descend from: the last version it published, or the champion it rebased on.
+The gate decides versions one by one; the learner reads those decisions from
+the MLflow registry (the ``champion`` alias and each version's
+``gate.decision`` tag, both set by the gate from its decision log).
+
+Walk from the head up its parents to the champion. Versions on the way that the
+gate has not decided yet are candidates in flight: the line goes on. A decided
+version on the way means the line left the ratchet: it was rejected, or it was
+promoted and is no longer champion (rolled back, or replaced by another line).
+Then the learner *rebases*: it continues from the champion's weights and the
+optimizer state it had when it published that version, and keeps the data it
+has not trained on yet. A head whose ancestry never meets the champion (the
+champion came from elsewhere) rebases too. The base model is the champion
+when there is none, and every line meets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+BASE = "base"  # the head (or champion) when it is the base model itself
+
+
+@dataclass(frozen=True)
+class GateView:
+    champion: str | None  # None: the base model
+    decided: frozenset[str]  # versions the gate (or a reviewer) has decided on
+
+
+def rebase_target(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
+    """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
+    champion = view.champion or BASE
+    version: str | None = head
+    seen: set[str] = set()
+    while version is not None and version != BASE:
+        if version == champion:
+            return None
+        if version in view.decided or version in seen:
+            return champion
+        seen.add(version)
+        version = parent_of(version)
+    return None if champion == BASE else champion
+
+
+def read_gate(mlflow_url: str, registered_model: str) -> GateView:
+    """The gate's decisions as the MLflow registry holds them (no registered model: nothing decided)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from serving.champion import TAG, champion_version
+
+    client = MlflowClient(mlflow_url, mlflow_url)
+    champion = champion_version(client, registered_model)
+    if champion is None:
+        try:
+            client.get_registered_model(registered_model)
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return GateView(None, frozenset())
+            raise
+    found = client.search_model_versions(f"name = '{registered_model}'")
+    decided = frozenset(v.tags[TAG] for v in found if v.tags.get("gate.decision") and v.tags.get(TAG))
+    return GateView(champion, decided)

@@ -1,0 +1,161 @@
+"""The learner follows the ratchet: the rebase rule, and a real learner rebasing (kill -9 included)."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import torch
+from safetensors.torch import load_file
+
+from ingest import topics
+from learner import checkpoint
+from learner.checkpoint import Ledger
+from learner.lineage import BASE, GateView, rebase_target
+from learner.loop import Learner
+from learner.store import AdapterStore
+from tests.learner.conftest import produce, rewarded, tiny_settings
+from tests.learner.test_loop import learner_env, start_learner
+
+PARENTS = {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4"}
+
+
+def target(head: str, champion: str | None, decided: set[str]) -> str | None:
+    return rebase_target(head, PARENTS.get, GateView(champion, frozenset(decided)))
+
+
+def test_a_line_through_undecided_candidates_goes_on():
+    assert target("v3", None, set()) is None  # nothing decided: every line meets the base model
+    assert target("v3", "v1", {"v1"}) is None  # v2, v3 in flight above the champion
+    assert target("v5", "v3", {"v1", "v3"}) is None  # v1 decided below the champion: not on the way
+    assert target(BASE, None, set()) is None
+
+
+def test_a_decision_on_the_way_to_the_champion_rebases_on_it():
+    assert target("v2", None, {"v1"}) == BASE  # v1 rejected while v2 trained on top of it
+    assert target("v4", "v1", {"v1", "v3"}) == "v1"  # v3 rejected: back to v1
+    assert target("v3", "v1", {"v1", "v2", "v3"}) == "v1"  # the head itself rejected
+    # v3 was promoted, then rolled back to v1: v3 is decided and no longer champion
+    assert target("v4", "v1", {"v1", "v3"}) == "v1"
+
+
+def test_a_champion_off_the_line_is_joined():
+    parents = {"v1": None, "v2": None, "v3": "v1"}  # v2 came from another line (or learner)
+    assert rebase_target("v3", parents.get, GateView("v2", frozenset({"v2"}))) == "v2"
+    assert rebase_target(BASE, parents.get, GateView("v2", frozenset({"v2"}))) == "v2"
+    loop = {"v1": "v2", "v2": "v1"}  # a corrupt ancestry ends the walk instead of looping
+    assert rebase_target("v1", loop.get, GateView("v7", frozenset())) == "v7"
+
+
+def adapter_weights(folder) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def policy_weights(learner: Learner) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(learner.trainer.model, adapter_name="default")
+
+
+def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
+    broker, topic, model_dir, tmp_path, single_thread
+):
+    """v1 published, v2 trained on top; the gate keeps v1 and rejects v2: the learner's weights and
+    AdamW state become exactly v1's, and its next version names v1 as parent."""
+    settings = tiny_settings(tmp_path, broker, topic, model_dir, publish_every_updates=1)
+    produce(broker, topic, [rewarded(f"a{i}", float(i % 2), task_id="t0") for i in range(8)])
+    learner = Learner(settings, print)
+    try:
+        for _ in range(2):
+            learner.step(learner.consumer.batch(4, 1 << 20, 10.0, 10.0, lambda _: 1))
+        store = AdapterStore(settings.adapter_store_dir)
+        assert store.versions() == ["v1", "v2"] and learner.state.head == "v2"
+        v1 = store.verify("v1")
+        saved = torch.load(learner.optimizer_snapshot(v1.manifest.data_window["checkpoint"]))
+
+        learner.follow_view(GateView("v1", frozenset({"v1"})))  # v1 champion, v2 undecided: go on
+        assert learner.state.head == "v2" and learner.state.rebases == 0
+        learner.follow_view(GateView("v1", frozenset({"v1", "v2"})))
+        assert learner.state.head == "v1" and learner.state.rebases == 1
+        now, wanted = policy_weights(learner), adapter_weights(v1.path)
+        assert set(now) == set(wanted)
+        for name, tensor in wanted.items():
+            assert torch.equal(now[name], tensor), name
+        state = learner.trainer.optimizer.state_dict()["state"]
+        assert state.keys() == saved["state"].keys()
+        for key, moments in saved["state"].items():
+            assert torch.equal(state[key]["exp_avg"], moments["exp_avg"])
+            assert torch.equal(state[key]["step"], moments["step"])
+
+        produce(broker, topic, [rewarded(f"b{i}", float(i % 2), task_id="t1") for i in range(4)])
+        learner.step(learner.consumer.batch(4, 1 << 20, 10.0, 10.0, lambda _: 1))
+        assert store.versions() == ["v1", "v2", "v3"]
+        v3 = store.verify("v3").manifest
+        assert v3.parent == "v1" and learner.state.head == "v3"
+        assert v3.data_window["offsets_from"] == store.verify("v2").manifest.data_window["offsets_to"]
+        assert checkpoint.latest(settings.learner_state_dir).state.rebases == 1
+
+        learner.follow_view(GateView(None, frozenset({"v1", "v2", "v3"})))  # all rolled back to base
+        assert learner.state.head == BASE
+        assert all(not t.any() for n, t in policy_weights(learner).items() if "lora_B" in n)
+    finally:
+        learner.close()
+
+
+def test_the_learner_reads_a_rejection_from_mlflow_and_a_kill_mid_rebase_converges(
+    broker, mlflow_url, model_dir, tmp_path
+):
+    """The gate's decisions as MLflow holds them (registry version tags and the champion alias, written
+    by the gate's own Registry) make the learner rebase; SIGKILL right after the rebase (before its
+    checkpoint), restart: every session is trained once and the new version continues the champion."""
+    from gating.decisions import Entry, State
+    from gating.records import Registry
+
+    topic = f"rewarded-test-{uuid.uuid4().hex[:10]}"
+    topics.ensure_topics(broker, [topics.TopicSpec(topic, 1, 3600_000)])
+    model = f"lineage-{uuid.uuid4().hex[:8]}"
+    settings = tiny_settings(
+        tmp_path,
+        broker,
+        topic,
+        model_dir,
+        mlflow_url=mlflow_url,
+        registered_model=model,
+        follow_every_s=0.0,
+        publish_every_updates=1,
+    )
+    env = learner_env(settings)
+    produce(broker, topic, [rewarded(f"p{i}", float(i % 2), task_id="t0") for i in range(4)])
+    proc = start_learner(env)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    store = AdapterStore(settings.adapter_store_dir)
+    assert store.versions() == ["v1"]
+
+    registry = Registry(mlflow_url, model, f"{model}-gate")
+    v1 = store.verify("v1")
+    run_id = registry.log_run(f"d-{model}", "v1 vs base", {}, {}, {"gate.decision": "reject"}, {})
+    entry = Entry(f"d-{model}", "v1", "evaluate", "reject", "gate", [], None, State(None, "v1"),
+                  content_hash=v1.manifest.content_hash, run_id=run_id)  # fmt: skip
+    registry.reconcile(entry.state, [entry])  # v1 rejected: a challenger, the base model stays champion
+
+    produce(broker, topic, [rewarded(f"q{i}", float(i % 2), task_id="t1") for i in range(4)])
+    crashed = start_learner(learner_env(settings, RATCHET_CRASH_POINT="rebased"))
+    output, _ = crashed.communicate(timeout=300)
+    assert crashed.returncode == -signal.SIGKILL and "rebased on base (the gate left v1's line)" in output, (
+        output
+    )
+    assert store.versions() == ["v1"]
+
+    final = start_learner(env)
+    output, _ = final.communicate(timeout=300)
+    assert final.returncode == 0 and "rebased on base" in output, output
+    assert store.versions() == ["v1", "v2"]
+    assert store.verify("v2").manifest.parent is None  # continues the base model, not the rejected v1
+    state = checkpoint.latest(settings.learner_state_dir).state
+    assert state.head == BASE and state.rebases == 1  # checkpointed before the publish (a restart reads v2's)
+    ledger = Ledger(settings.learner_state_dir / "ledger.jsonl").read()
+    assert sorted(e["session_id"] for e in ledger) == sorted(
+        [*(f"p{i}" for i in range(4)), *(f"q{i}" for i in range(4))]
+    )
+    assert all(e["outcome"] == "trained" for e in ledger)
