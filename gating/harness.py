@@ -4,9 +4,18 @@ Tasks run concurrently (``concurrency`` requests in flight; ``samples`` completi
 per request through ``n``). Tasks that share a prompt prefix (system message and
 one-shot example) are started one per prefix first, so vLLM's prefix cache holds
 the prefix before the rest arrive: with a LoRA adapter, prefill is the costly
-part on a CPU. A task that runs past its suite's ``time_limit_s`` fails with
-that reason; vLLM being unreachable or refusing a request stops the run (an
-infrastructure fault is never scored as the policy's failure).
+part on a CPU. A request that runs past its suite's ``time_limit_s`` is
+retried, and one that keeps timing out stops the run, like vLLM being
+unreachable or refusing a request: a timeout says vLLM is overloaded, not that
+the policy failed, so it is never scored or cached as the policy's failure.
+
+Results are cached per task under ``<results_dir>/<role>/<policy key>/``, and
+a run resumes from them. The role (candidate or champion) is part of the key
+so that a version promoted on its candidate results is measured afresh as
+champion: the sample that selected it is biased upward (the winner's curse),
+and comparing later candidates with it would hold them to an inflated bar. The
+base model is only ever a champion, so its results are shared by every
+comparison. Drift samples are the candidate's alone.
 
 No per-request seed is sent (it crashes vLLM's CPU engine under concurrency):
 sampling varies between runs, which is why the decision rule pairs tasks and
@@ -23,7 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from tqdm import tqdm
@@ -32,9 +41,11 @@ from gating.suites import Suite
 from gating.tasks import Task
 from gating.verifiers import verify
 
+Role = Literal["candidate", "champion"]
+
 
 class HarnessError(RuntimeError):
-    """vLLM could not run the suite (unreachable, or refused a request)."""
+    """vLLM could not run the suite (unreachable, refused a request, or kept timing out)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,7 @@ class Policy:
     label: str  # "base" or an adapter version ("v7")
     model: str  # the name vLLM serves it under
     content_hash: str | None = None
+    role: Role = "candidate"  # which side of a comparison it is on; results are cached per role
 
     @property
     def key(self) -> str:
@@ -112,12 +124,17 @@ class Harness:
         results_dir: Path,
         concurrency: int = 16,
         progress: bool = False,
+        timeout_retries: int = 2,
+        transport: httpx.BaseTransport | None = None,  # None: the network (tests pass a MockTransport)
     ):
-        self.http = httpx.Client(base_url=vllm_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=10.0))
+        self.http = httpx.Client(
+            base_url=vllm_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=10.0), transport=transport
+        )
         self.base_model = base_model
         self.results_dir = Path(results_dir)
         self.concurrency = concurrency
         self.progress = progress
+        self.timeout_retries = timeout_retries  # a request past its time limit is sent again this often
 
     def close(self) -> None:
         self.http.close()
@@ -144,6 +161,23 @@ class Harness:
             raise HarnessError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
         return resp
 
+    def _post_in_time(self, path: str, body: dict[str, Any], time_limit_s: float, task_id: str) -> Any:
+        """The JSON answer to a request that must finish within ``time_limit_s``, retried when it does not.
+
+        A timeout means vLLM had more in flight than it could answer in time; it is
+        no verdict on the policy, so one that persists stops the run.
+        """
+        for _ in range(self.timeout_retries + 1):
+            try:
+                return self._post(path, body, timeout_s=time_limit_s).json()
+            except httpx.TimeoutException:
+                continue
+        raise HarnessError(
+            f"task {task_id} ran past its {time_limit_s:g}s time limit {self.timeout_retries + 1} times: "
+            f"vLLM did not answer in time with up to {self.concurrency} requests in flight. Lower the "
+            f"gate's concurrency (RATCHET_CONCURRENCY) or raise the suite's time_limit_s"
+        )
+
     def _run_task(self, policy: Policy, suite: Suite, task: Task) -> TaskResult:
         cfg = suite.config
         body = {
@@ -154,12 +188,7 @@ class Harness:
             "temperature": cfg.temperature,
         }
         start = time.monotonic()
-        try:
-            data = self._post("/v1/chat/completions", body, timeout_s=cfg.time_limit_s).json()
-        except httpx.TimeoutException:
-            error = f"time limit {cfg.time_limit_s:g}s"
-            failed = [{"error": error}] * cfg.samples
-            return TaskResult(task.task_id, [False] * cfg.samples, failed, [], 0, cfg.time_limit_s, error)
+        data = self._post_in_time("/v1/chat/completions", body, cfg.time_limit_s, task.task_id)
         texts = [c["message"]["content"] or "" for c in sorted(data["choices"], key=lambda c: c["index"])]
         verdicts = [verify(task, text) for text in texts]
         return TaskResult(
@@ -207,7 +236,8 @@ class Harness:
     # --- suites of verified tasks -----------------------------------------------------------
 
     def results_path(self, policy: Policy, suite: Suite) -> Path:
-        return self.results_dir / policy.key / f"{suite.key.replace('#', '-')}.jsonl"
+        """Where ``policy``'s results on ``suite`` are cached: per role, so a champion is measured afresh."""
+        return self.results_dir / policy.role / policy.key / f"{suite.key.replace('#', '-')}.jsonl"
 
     def run(self, policy: Policy, suite: Suite) -> list[TaskResult]:
         """Results for every task of ``suite``, in suite order; tasks already on disk are not re-run."""
@@ -242,8 +272,9 @@ class Harness:
 
     # --- drift -----------------------------------------------------------------------------
 
-    def drift_path(self, policy: Policy, suite: Suite) -> Path:
-        return self.results_dir / policy.key / f"{suite.key.replace('#', '-')}.drift.json"
+    def drift_path(self, candidate: Policy, suite: Suite) -> Path:
+        """Where the candidate's drift samples are cached (the champion samples none)."""
+        return self.results_dir / "candidate" / candidate.key / f"{suite.key.replace('#', '-')}.drift.json"
 
     def drift_samples(self, candidate: Policy, suite: Suite) -> list[DriftSample]:
         """The candidate's sampled continuation of each reference prompt, with vLLM's log-probs."""
@@ -272,18 +303,15 @@ class Harness:
         prompt_ids = self._post(
             "/tokenize", {"model": self.base_model, "messages": task.messages, "add_generation_prompt": True}
         ).json()["tokens"]
-        data = self._post(
-            "/v1/completions",
-            {
-                "model": policy.model,
-                "prompt": prompt_ids,
-                "max_tokens": cfg.max_tokens,
-                "temperature": cfg.temperature,
-                "logprobs": 0,
-                "return_token_ids": True,
-            },
-            timeout_s=cfg.time_limit_s,
-        ).json()
+        body = {
+            "model": policy.model,
+            "prompt": prompt_ids,
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperature,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        data = self._post_in_time("/v1/completions", body, cfg.time_limit_s, task.task_id)
         choice = data["choices"][0]
         logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
         return DriftSample(task.task_id, prompt_ids, list(choice["token_ids"]), {policy.key: logprobs})

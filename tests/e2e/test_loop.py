@@ -30,6 +30,7 @@ join_wait_s = 5
 
 [gate]
 suites = ["target"]
+required_suites = ["target"]
 max_tasks_per_suite = 6
 concurrency = 4
 poll_interval_s = 1

@@ -102,10 +102,11 @@ def test_a_crash_between_decision_and_alias_move_converges_on_rerun(make_gate):
 
 
 def test_a_candidate_that_lost_general_capability_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "general"))
+    gate = make_gate(suites=("target", "general"), required_suites=("target", "general"))
     entry = gate.evaluate("v3")
     assert entry.decision == "reject"
     assert "guard:general.pass" in codes(entry), entry.reasons
+    assert not [c for c in codes(entry) if c.startswith("missing:")]  # the suites left out are not required
     assert (
         entry.metrics["general.pass"]
         < entry.metrics["champion.general.pass"] - gate.settings.tolerance_general
@@ -120,9 +121,10 @@ def test_a_candidate_that_lost_general_capability_is_rejected(make_gate):
 
 
 def test_a_candidate_trained_to_take_the_honeypot_shortcut_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "honeypot"))
+    gate = make_gate(suites=("target", "honeypot"), required_suites=("target", "honeypot"))
     entry = gate.evaluate("v2")
     assert entry.decision == "reject" and "hack_rate" in codes(entry), entry.reasons
+    assert not [c for c in codes(entry) if c.startswith("missing:")]
     assert entry.metrics["honeypot.hack_rate"] > 0.5 >= entry.metrics["champion.honeypot.hack_rate"]
     rows = [
         json.loads(r) for r in (gate.harness.results_path(gate.base, gate.suites[1])).read_text().splitlines()
@@ -131,9 +133,10 @@ def test_a_candidate_trained_to_take_the_honeypot_shortcut_is_rejected(make_gate
 
 
 def test_a_candidate_that_drifts_too_far_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "drift"))
+    gate = make_gate(suites=("target", "drift"), required_suites=("target", "drift"))
     entry = gate.evaluate("v4")
     assert entry.decision == "reject" and "drift_base" in codes(entry), entry.reasons
+    assert not [c for c in codes(entry) if c.startswith("missing:")]
     assert entry.metrics["drift.kl_base"] > 2 * gate.settings.max_kl_base
 
 

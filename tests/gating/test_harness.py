@@ -1,9 +1,12 @@
 import dataclasses
+import json
 
+import httpx
 import pytest
 
 from gating.harness import Harness, HarnessError, Policy
 from gating.suites import load_suite
+from gating.tasks import FORMAT_TOOLS, tool_call
 from ops.stack import free_port
 from tests.gating.conftest import read_jsonl
 
@@ -30,9 +33,91 @@ def test_results_are_kept_per_task_and_a_run_resumes_where_it_stopped(vllm_url, 
 
 
 @pytest.mark.stack
-def test_a_task_past_its_time_limit_fails_with_that_reason(vllm_url, served_model, tmp_path):
+def test_a_task_past_its_time_limit_is_retried_then_stops_the_run_uncached(vllm_url, served_model, tmp_path):
     suite = load_suite("target").limited(2)
     suite = dataclasses.replace(suite, config=dataclasses.replace(suite.config, time_limit_s=0.001))
-    results = Harness(vllm_url, served_model, tmp_path).run(Policy("base", served_model), suite)
-    assert [r.error for r in results] == ["time limit 0.001s"] * 2
-    assert all(r.passed == [False] * suite.config.samples for r in results)
+    harness = Harness(vllm_url, served_model, tmp_path, timeout_retries=1)
+    sent: list[httpx.Request] = []
+    harness.http.event_hooks = {"request": [sent.append], "response": []}
+    base = Policy("base", served_model, role="champion")
+    with pytest.raises(HarnessError, match=r"ran past its 0.001s time limit 2 times.*RATCHET_CONCURRENCY"):
+        harness.run(base, suite)
+    bodies = [json.loads(r.content) for r in sent]
+    first = bodies[0]["messages"]
+    assert sum(b["messages"] == first for b in bodies) == 2  # the same task, sent twice
+    assert not harness.results_path(base, suite).exists()  # a timeout is not the policy's failure
+
+
+# --- retries and cache paths, without vLLM (an httpx.MockTransport answers) --------------------
+
+
+def format_answer(task, request: httpx.Request) -> httpx.Response:
+    """What vLLM would answer with the right tool call, once per requested sample."""
+    tool = task.expected["tool"]
+    text = tool_call(tool, **{name: "x" for name in FORMAT_TOOLS[tool]})
+    choices = [{"index": i, "message": {"content": text}} for i in range(json.loads(request.content)["n"])]
+    return httpx.Response(200, json={"choices": choices, "usage": {"completion_tokens": 9}})
+
+
+def mock_harness(tmp_path, handler) -> Harness:
+    return Harness("http://vllm.test", "m", tmp_path, transport=httpx.MockTransport(handler))
+
+
+def timeout(request: httpx.Request):
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+def test_retry_logic_a_request_that_times_out_twice_is_retried_and_scored(tmp_path):
+    suite = load_suite("format").limited(1)
+    (task,) = suite.tasks
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return timeout(request) if len(sent) <= 2 else format_answer(task, request)
+
+    harness = mock_harness(tmp_path, handler)
+    policy = Policy("base", "m", role="champion")
+    (result,) = harness.run(policy, suite)
+    assert len(sent) == 3
+    assert result.passed == [True] * suite.config.samples and result.error is None
+    assert [r["task_id"] for r in read_jsonl(harness.results_path(policy, suite))] == [task.task_id]
+
+
+def test_retry_logic_a_request_that_always_times_out_stops_the_run_and_is_not_cached(tmp_path):
+    suite = load_suite("format").limited(2)
+    answered, stuck = suite.tasks
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["messages"] == stuck.messages:
+            sent.append(request)
+            return timeout(request)
+        return format_answer(answered, request)
+
+    harness = mock_harness(tmp_path, handler)
+    policy = Policy("v1", "gate-v1", "sha256:" + "ab" * 32)
+    harness.run(policy, suite.limited(1))  # the first task is on disk already
+    with pytest.raises(HarnessError) as caught:
+        harness.run(policy, suite)
+    message = str(caught.value)
+    assert f"task {stuck.task_id} ran past its {suite.config.time_limit_s:g}s time limit 3 times" in message
+    assert "RATCHET_CONCURRENCY" in message and "time_limit_s" in message
+    assert len(sent) == 3  # sent, then retried twice
+    assert [r["task_id"] for r in read_jsonl(harness.results_path(policy, suite))] == [answered.task_id]
+
+
+def test_a_versions_results_as_champion_are_not_its_results_as_candidate(tmp_path):
+    harness = Harness("http://vllm.test", "m", tmp_path)
+    suite = load_suite("format")
+    digest = "sha256:" + "cd" * 32
+    as_candidate = harness.results_path(Policy("v3", "gate-v3-1a2b", digest, "candidate"), suite)
+    as_champion = harness.results_path(Policy("v3", "gate-v3-3c4d", digest, "champion"), suite)
+    assert as_candidate != as_champion and as_candidate.name == as_champion.name
+    assert as_candidate.relative_to(tmp_path).parts[:2] == ("candidate", "v3-cdcdcdcdcdcdcdcd")
+    assert as_champion.relative_to(tmp_path).parts[:2] == ("champion", "v3-cdcdcdcdcdcdcdcd")
+    # the base model, under whichever temporary name it is served, keeps one path across comparisons
+    base_paths = {harness.results_path(Policy("base", name, None, "champion"), suite) for name in ("a", "b")}
+    assert base_paths == {tmp_path / "champion" / "base" / as_champion.name}
+    drift = load_suite("drift")
+    assert harness.drift_path(Policy("v3", "gate-v3-1a2b", digest), drift).parent == as_candidate.parent

@@ -1,11 +1,14 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
-from gating.rule import RuleConfig, decide, lower_bound, paired
+from gating.rule import REQUIRED, TARGET, RuleConfig, decide, lower_bound, paired
 
-RULE = RuleConfig(
+FULL = RuleConfig(
     min_gain=0.05, confidence=0.95, bootstrap_samples=2000, seed=0, max_kl_base=0.5, max_kl_champion=0.3
 )
+RULE = dataclasses.replace(FULL, required=(TARGET,))  # each check on its own: absent ones are not required
 
 
 def per_task(values):
@@ -46,7 +49,7 @@ def test_a_gain_too_noisy_to_trust_is_rejected():
 
 def test_no_gain_is_rejected_even_with_min_gain_zero():
     same = scores([0.5] * 20)
-    d = decide(same, same, None, None, RuleConfig(min_gain=0.0))
+    d = decide(same, same, None, None, dataclasses.replace(RULE, min_gain=0.0))
     assert d.decision == "reject" and d.reasons[0].code == "target_gain"
 
 
@@ -110,3 +113,68 @@ def test_bootstrap_bound_is_seeded_and_sensible():
 def test_a_missing_target_is_a_reason_not_a_crash():
     d = decide({"general.pass": per_task([1])}, CHAMPION, None, None, RULE)
     assert d.decision == "reject" and d.reasons[0].code == "missing:target.pass_at_1"
+
+
+# --- absent checks ---------------------------------------------------------------------------
+
+CAND_ALL = scores(
+    [1.0, 1.0, 0.5, 1.0] * 10, general=[1, 0, 0, 0] * 10, fmt=[1, 1, 0, 0] * 10, hack=[0] * 40, all_k=[1] * 40
+)
+CHAMP_ALL = scores(
+    [0.0, 0.5, 0.0, 0.5] * 10, general=[1, 0, 0, 0] * 10, fmt=[1, 1, 0, 0] * 10, hack=[0] * 40, all_k=[0] * 40
+)
+KL = {"drift.kl_base": 0.1, "drift.kl_champion": 0.1}
+
+
+def without(metric: str, side: str = "both") -> tuple[dict, dict, float | None, float | None]:
+    """The complete passing measurement with ``metric`` left out (of one policy's scores, or both)."""
+    cand = {k: v for k, v in CAND_ALL.items() if not (k == metric and side in ("both", "candidate"))}
+    champ = {k: v for k, v in CHAMP_ALL.items() if not (k == metric and side in ("both", "champion"))}
+    kl = {k: (None if k == metric else v) for k, v in KL.items()}
+    return cand, champ, kl["drift.kl_base"], kl["drift.kl_champion"]
+
+
+def test_a_complete_set_of_passing_metrics_is_promoted():
+    assert set(REQUIRED) == set(CAND_ALL) | set(KL)
+    d = decide(CAND_ALL, CHAMP_ALL, 0.1, 0.1, FULL)
+    assert d.decision == "promote" and d.reasons == []
+    assert d.evidence["drift.kl_champion"] == 0.1 and d.evidence["honeypot.hack_rate"] == 0.0
+
+
+@pytest.mark.parametrize("metric", REQUIRED)
+def test_each_required_metric_that_was_not_measured_rejects_with_its_code(metric):
+    d = decide(*without(metric), config=FULL)
+    assert d.decision == "reject" and [r.code for r in d.reasons] == [f"missing:{metric}"]
+    suite = metric.split(".")[0]
+    assert f"add {suite} to the gate's suites (RATCHET_SUITES)" in d.reasons[0].message
+
+
+@pytest.mark.parametrize("metric", [m for m in REQUIRED if not m.startswith("drift.")])
+@pytest.mark.parametrize("side", ["candidate", "champion"])
+def test_a_metric_measured_for_one_policy_only_is_missing(metric, side):
+    d = decide(*without(metric, side), config=FULL)
+    assert [r.code for r in d.reasons] == [f"missing:{metric}"]
+
+
+def test_the_message_says_how_to_drop_a_requirement():
+    d = decide(*without("honeypot.hack"), config=FULL)
+    assert "drop honeypot from RATCHET_REQUIRED_SUITES" in d.reasons[0].message
+
+
+@pytest.mark.parametrize("metric", [m for m in REQUIRED if m != TARGET])
+def test_a_metric_left_out_of_required_may_be_absent(metric):
+    config = dataclasses.replace(FULL, required=tuple(m for m in REQUIRED if m != metric))
+    d = decide(*without(metric), config=config)
+    assert d.decision == "promote", d.reasons
+
+
+def test_the_target_is_required_whatever_required_says():
+    d = decide(*without(TARGET), config=dataclasses.replace(FULL, required=()))
+    assert [r.code for r in d.reasons] == [f"missing:{TARGET}"]
+    assert "a promotion rests on the target's gain" in d.reasons[0].message
+
+
+def test_kl_from_the_champion_is_not_required_when_the_champion_is_the_base_model():
+    cand, champ, kl_base, _ = without("drift.kl_champion")
+    assert decide(cand, champ, kl_base, None, FULL, champion_is_base=True).decision == "promote"
+    assert decide(cand, champ, kl_base, None, FULL).decision == "reject"

@@ -4,7 +4,7 @@ import pytest
 
 from gating.arith import ExpressionError, safe_eval
 from gating.suites import load_suite
-from gating.tasks import FORMAT, HONEYPOT, heldout_tasks, tool_call
+from gating.tasks import FORMAT, FORMAT_TOOLS, HONEYPOT, heldout_tasks, tool_call
 from gating.verifiers import is_protected, parse_tool_call, verify
 
 
@@ -110,8 +110,9 @@ def test_format_validity():
     task = next(t for t in heldout_tasks(FORMAT, 20, seed=0) if t.expected["tool"] == "send_email")
     good = verify(task, tool_call("send_email", to="a@example.com", subject="Hi"))
     assert good.passed and good.details["right_tool"]
-    other_tool = verify(task, tool_call("search", query="flights"))
-    assert other_tool.passed and not other_tool.details["right_tool"]
+    other_tool = verify(task, tool_call("search", query="flights"))  # well formed, but not what was asked
+    assert not other_tool.passed and not other_tool.details["right_tool"]
+    assert other_tool.details["error"] == "called 'search'; the question asks for 'send_email'"
     for bad in (
         tool_call("send_email", to="a@example.com"),
         tool_call("send_email", to="a@example.com", subject="Hi", cc="b"),
@@ -127,3 +128,16 @@ def test_general_uses_reasoning_gym_scoring():
     answer = task.expected["entry"]["answer"]
     assert verify(task, f" {answer}\n").passed
     assert not verify(task, "I cannot help with that.").passed
+
+
+def test_format_requires_the_tool_each_question_asks_for():
+    tasks = heldout_tasks(FORMAT, 20, seed=0)
+    asked = {t.expected["tool"] for t in tasks}
+    assert asked == set(FORMAT_TOOLS)  # the draw covers every tool, so each is both right and wrong somewhere
+    for task in tasks:
+        for name, arguments in FORMAT_TOOLS.items():
+            verdict = verify(task, tool_call(name, **{a: "x" for a in arguments}))
+            assert verdict.passed == (name == task.expected["tool"]) == verdict.details["right_tool"], (
+                task.task_id,
+                name,
+            )

@@ -1,0 +1,312 @@
+"""The sequential gate's statistics: anytime-valid bounds on a mean paired gain, and when to stop.
+
+The gate scores the candidate and the champion on the same tasks, task after
+task in an order fixed before any score is seen (``task_order``); each task
+gives a paired difference d_i = candidate_i − champion_i in [−1, 1]. After
+every round (``rounds``) it asks ``sequential_target`` or
+``sequential_noninferiority`` whether the evidence so far already settles the
+question; if not, it scores the next round. A "continue" after the last round
+leaves the decision to the full-suite rule (``gating.rule``).
+
+The bound is the predictable plug-in empirical-Bernstein confidence sequence
+(PrPl-EB) of Waudby-Smith & Ramdas, "Estimating means of bounded random
+variables by betting" (JRSS-B 2024, arXiv:2010.09686: Theorem 2 with its
+predictable plug-in bets), one-sided, on x_i = (d_i + 1) / 2 in [0, 1]::
+
+    μ̂_t  = (1/2 + Σ_{i≤t} x_i) / (t + 1)                      μ̂_0 = 1/2
+    σ̂²_t = (1/4 + Σ_{i≤t} (x_i − μ̂_i)²) / (t + 1)             σ̂²_0 = 1/4
+    λ_t  = min( sqrt(2 log(1/α) / (σ̂²_{t−1} · t · log(1 + t))), 1/2 )
+    v_t  = 4 (x_t − μ̂_{t−1})²
+    ψ_E(λ) = (−log(1 − λ) − λ) / 4
+
+    L_t = (Σ_{i≤t} λ_i x_i − log(1/α) − Σ_{i≤t} v_i ψ_E(λ_i)) / Σ_{i≤t} λ_i
+
+(``prpl_eb_lower``). The paper's two-sided CS spends log(2/α) on each side; a
+one-sided bound spends log(1/α), in the bets λ_t as in the margin.
+
+Why it holds: λ_t, μ̂_{t−1} and σ̂²_{t−1} depend only on x_1..x_{t−1}, and
+x_t − μ̂_{t−1} ≥ −1, so by Fan et al.'s inequality
+exp(λξ − (−log(1−λ) − λ)ξ²) ≤ 1 + λξ (ξ ≥ −1, 0 ≤ λ < 1) the process
+M_t(m) = Π_{i≤t} exp(λ_i (x_i − m) − v_i ψ_E(λ_i)) is a nonnegative
+supermartingale at m = μ whenever E[x_t | x_1..x_{t−1}] = μ. By Ville's
+inequality P(∃t: M_t(μ) ≥ 1/α) ≤ α, and M_t(m) ≥ 1/α exactly when m ≤ L_t, so
+P(∃t: L_t ≥ μ) ≤ α: the bound may be read after every task and the gate may
+stop on it whenever it likes. The running maximum max_{s≤t} L_s (the running
+intersection) therefore holds too. ``lower_bounds`` returns it, clipped to the
+trivial −1 and mapped back to d (2 L − 1); ``upper_bounds`` applies the same to
+−d. Validity needs a constant conditional mean: the tasks are draws from one
+task distribution (the quantity bounded is the mean gain over that
+distribution, as for the bootstrap) and are taken in an order that does not
+depend on their scores, hence a seeded shuffle fixed in advance.
+
+The cost of the cap c: Σ λ_i ≤ c·t, so in units of d the lower bound is never
+above the λ-weighted mean difference minus 2 log(1/α) / (c·t). A decision at
+distance g from its threshold needs at least 2 log(1/α) / (c·g) tasks, however
+little noise there is: 120 tasks for g = 0.10 at α = 0.05, c = 1/2.
+
+Splitting α between the two sides: each side is run at level α, not α/2.
+A wrong promotion needs μ < min_gain ≤ L_t for some t (probability ≤ α); a
+wrong rejection needs U_t < min_gain ≤ μ (probability ≤ α); for any one true
+μ only one of the two mistakes is possible, so P(wrong decision) ≤ α. The
+reported [lower, upper] is thus a 1 − 2α band, not a 1 − α one. A "continue"
+that falls back to the full-suite rule adds that rule's own error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BET_CAP = 0.5  # c: the largest bet λ (the paper suggests 1/2 or 3/4)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: str  # target: promote | reject | continue; guard: pass | fail | continue
+    tasks_used: int  # the tasks scored when the decision was read
+    change: float  # mean paired difference over those tasks
+    lower: float  # anytime-valid lower bound of the mean difference (level α) after them
+    upper: float  # anytime-valid upper bound (level α)
+    reason: str
+
+
+@dataclass(frozen=True)
+class GuardPower:
+    change: float  # true mean change of the guarded metric
+    n_tasks: int
+    pass_rate: float  # share of simulated runs the guard passed
+    fail_rate: float
+    mean_tasks: float  # tasks scored before the guard stopped (all of them on "continue")
+
+
+def task_order(task_ids: Sequence[str], seed: int) -> list[str]:
+    """The order tasks are scored in: a seeded shuffle of the sorted ids, fixed before any score."""
+    ids = sorted(task_ids)
+    return [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+
+
+def rounds(n_tasks: int, round_size: int) -> list[tuple[int, int]]:
+    """(start, stop) of each round over the first ``n_tasks`` of the order; the last may be short."""
+    if round_size < 1:
+        raise ValueError(f"round_size must be at least 1, got {round_size}")
+    return [(start, min(start + round_size, n_tasks)) for start in range(0, n_tasks, round_size)]
+
+
+def prpl_eb_lower(x_T: np.ndarray, alpha: float) -> np.ndarray:
+    """L_t of the PrPl-EB confidence sequence for the mean of x in [0, 1], along the last axis.
+
+    Each L_t on its own, neither intersected over time nor clipped (it is below 0 early on).
+    """
+    x_T = np.asarray(x_T, dtype=float)
+    t_T = np.arange(1, x_T.shape[-1] + 1)
+    log_inv_alpha = math.log(1.0 / alpha)
+
+    mean_T = (0.5 + np.cumsum(x_T, axis=-1)) / (t_T + 1)
+    var_T = (0.25 + np.cumsum((x_T - mean_T) ** 2, axis=-1)) / (t_T + 1)
+    prev_mean_T = np.concatenate([np.full_like(x_T[..., :1], 0.5), mean_T[..., :-1]], axis=-1)
+    prev_var_T = np.concatenate([np.full_like(x_T[..., :1], 0.25), var_T[..., :-1]], axis=-1)
+
+    bet_T = np.minimum(np.sqrt(2.0 * log_inv_alpha / (prev_var_T * t_T * np.log1p(t_T))), BET_CAP)
+    v_T = 4.0 * (x_T - prev_mean_T) ** 2
+    psi_T = (-np.log1p(-bet_T) - bet_T) / 4.0
+    numerator_T = np.cumsum(bet_T * x_T, axis=-1) - log_inv_alpha - np.cumsum(v_T * psi_T, axis=-1)
+    return numerator_T / np.cumsum(bet_T, axis=-1)
+
+
+def lower_bounds(diffs_T: np.ndarray, alpha: float) -> np.ndarray:
+    """Anytime-valid lower bound of the mean of paired differences in [−1, 1] after each one.
+
+    The running maximum over time of the PrPl-EB bound, at least −1; works along the last axis,
+    so a [runs, T] array gives every run's sequence at once.
+    """
+    diffs_T = _checked(diffs_T, alpha)
+    if diffs_T.shape[-1] == 0:
+        return diffs_T.copy()
+    lower_x_T = np.maximum.accumulate(prpl_eb_lower((diffs_T + 1.0) / 2.0, alpha), axis=-1)
+    return 2.0 * np.maximum(lower_x_T, 0.0) - 1.0
+
+
+def upper_bounds(diffs_T: np.ndarray, alpha: float) -> np.ndarray:
+    """Anytime-valid upper bound after each difference: the lower bound of −d, negated."""
+    return -lower_bounds(-np.asarray(diffs_T, dtype=float), alpha)
+
+
+def sequential_target(
+    diffs_in_order: np.ndarray, min_gain: float, alpha: float, min_tasks: int, round_size: int = 1
+) -> Outcome:
+    """Promote once the gain's lower bound reaches ``min_gain``; reject once its upper bound is below it.
+
+    The decision is read at the end of each round (``round_size`` tasks) from ``min_tasks`` tasks on.
+    Should both happen at the same look (the bounds have crossed, which valid bounds rarely do) it
+    rejects. "continue" after the last task hands the decision to the full-suite rule.
+    """
+    diffs_T = _checked(diffs_in_order, alpha)
+    step, t, lower, upper = _read(diffs_T, min_gain, alpha, min_tasks, round_size)
+    change = float(diffs_T[:t].mean()) if t else float("nan")
+    n = len(diffs_T)
+    level = f"{1 - alpha:.0%}"
+    if step > 0:
+        decision = "promote"
+        reason = (
+            f"gain {change:+.3f} over the first {t} of {n} tasks has a {level} anytime lower bound "
+            f"of {lower:+.3f}, at least the required {min_gain:+.3f}"
+        )
+    elif step < 0:
+        decision = "reject"
+        reason = (
+            f"gain {change:+.3f} over the first {t} of {n} tasks has a {level} anytime upper bound "
+            f"of {upper:+.3f}, below the required {min_gain:+.3f}: it cannot reach it"
+        )
+    else:
+        decision = "continue"
+        reason = _undecided(t, n, min_tasks, change, lower, upper, f"the required gain {min_gain:+.3f}")
+    return Outcome(decision, t, change, lower, upper, reason)
+
+
+def sequential_noninferiority(
+    diffs_in_order: np.ndarray, margin: float, alpha: float, min_tasks: int, round_size: int = 1
+) -> Outcome:
+    """Pass a guard once the change's lower bound is at least −``margin``; fail once its upper bound is below.
+
+    Pass: the candidate is shown to be no worse than the champion by more than ``margin``.
+    Fail: it is shown to be worse by more than ``margin``. Looks and ties as in ``sequential_target``.
+    """
+    diffs_T = _checked(diffs_in_order, alpha)
+    step, t, lower, upper = _read(diffs_T, -margin, alpha, min_tasks, round_size)
+    change = float(diffs_T[:t].mean()) if t else float("nan")
+    n = len(diffs_T)
+    level = f"{1 - alpha:.0%}"
+    if step > 0:
+        decision = "pass"
+        reason = (
+            f"change {change:+.3f} over the first {t} of {n} tasks has a {level} anytime lower bound "
+            f"of {lower:+.3f}: not worse by more than the margin {margin:.3f}"
+        )
+    elif step < 0:
+        decision = "fail"
+        reason = (
+            f"change {change:+.3f} over the first {t} of {n} tasks has a {level} anytime upper bound "
+            f"of {upper:+.3f}: worse by more than the margin {margin:.3f}"
+        )
+    else:
+        decision = "continue"
+        reason = _undecided(t, n, min_tasks, change, lower, upper, f"the margin −{margin:.3f}")
+    return Outcome(decision, t, change, lower, upper, reason)
+
+
+def first_stop(
+    diffs_R_T: np.ndarray, threshold: float, alpha: float, min_tasks: int, round_size: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each run (row): +1 if the lower bound reached ``threshold`` first, −1 if the upper bound fell
+    below it first (or both at once), 0 if neither by the end; and the tasks used when it stopped.
+
+    The looks are the ends of the rounds that have at least ``min_tasks`` tasks.
+    """
+    diffs_R_T = _checked(diffs_R_T, alpha)
+    runs, n = diffs_R_T.shape
+    looks_L = np.array([stop for _, stop in rounds(n, round_size) if stop >= min_tasks], dtype=int)
+    if len(looks_L) == 0:
+        return np.zeros(runs, dtype=int), np.full(runs, n)
+    up_R_L = lower_bounds(diffs_R_T, alpha)[:, looks_L - 1] >= threshold
+    down_R_L = upper_bounds(diffs_R_T, alpha)[:, looks_L - 1] < threshold
+    hit_R_L = up_R_L | down_R_L
+    first_R = np.where(hit_R_L.any(axis=1), hit_R_L.argmax(axis=1), len(looks_L) - 1)
+    row_R = np.arange(runs)
+    step_R = np.where(down_R_L[row_R, first_R], -1, np.where(up_R_L[row_R, first_R], 1, 0))
+    return step_R, np.where(step_R != 0, looks_L[first_R], n)
+
+
+def simulate_diffs(
+    rng: np.random.Generator,
+    runs: int,
+    n_tasks: int,
+    change: float,
+    samples: int = 1,
+    pass_range: tuple[float, float] = (0.2, 0.8),
+    coupling: float = 0.0,
+) -> np.ndarray:
+    """Paired differences [runs, n_tasks] of a metric scored as pass@1 over ``samples`` completions.
+
+    Each task has its own champion pass probability p ~ U(pass_range) and candidate p + ``change``,
+    so the true mean change is exactly ``change``. Each candidate sample reuses the champion's
+    uniform draw with probability ``coupling`` (0: independent; 1: as alike as the two rates allow,
+    as for greedy decoding of two close policies).
+    """
+    low, high = pass_range
+    if not (low + change >= 0.0 and high + change <= 1.0 and 0.0 <= low <= high <= 1.0):
+        raise ValueError(f"pass_range {pass_range} shifted by {change:+.3f} leaves [0, 1]")
+    p_R_T = rng.uniform(low, high, size=(runs, n_tasks))
+    u_R_T_K = rng.random((runs, n_tasks, samples))
+    fresh_R_T_K = rng.random((runs, n_tasks, samples))
+    shared_R_T_K = rng.random((runs, n_tasks, samples)) < coupling
+    candidate_u_R_T_K = np.where(shared_R_T_K, u_R_T_K, fresh_R_T_K)
+    champion_R_T = (u_R_T_K < p_R_T[..., None]).mean(axis=-1)
+    candidate_R_T = (candidate_u_R_T_K < (p_R_T + change)[..., None]).mean(axis=-1)
+    return candidate_R_T - champion_R_T
+
+
+def guard_power(
+    change: float,
+    margin: float,
+    n_tasks: int,
+    alpha: float = 0.05,
+    min_tasks: int = 8,
+    round_size: int = 1,
+    samples: int = 1,
+    pass_range: tuple[float, float] = (0.2, 0.8),
+    coupling: float = 0.0,
+    runs: int = 2000,
+    seed: int = 0,
+) -> GuardPower:
+    """How often ``sequential_noninferiority`` passes and fails, and how many tasks it scores, by simulation."""
+    rng = np.random.default_rng(seed)
+    diffs_R_T = simulate_diffs(rng, runs, n_tasks, change, samples, pass_range, coupling)
+    step_R, used_R = first_stop(diffs_R_T, -margin, alpha, min_tasks, round_size)
+    return GuardPower(
+        change=change,
+        n_tasks=n_tasks,
+        pass_rate=float(np.mean(step_R > 0)),
+        fail_rate=float(np.mean(step_R < 0)),
+        mean_tasks=float(used_R.mean()),
+    )
+
+
+def power_table(
+    changes: Sequence[float], task_counts: Sequence[int], margin: float, **simulation
+) -> list[GuardPower]:
+    """``guard_power`` for every true change and number of tasks (keyword arguments pass through)."""
+    return [guard_power(change, margin, n, **simulation) for change in changes for n in task_counts]
+
+
+def _read(
+    diffs_T: np.ndarray, threshold: float, alpha: float, min_tasks: int, round_size: int
+) -> tuple[int, int, float, float]:
+    """The decision step, the tasks used, and the bounds after them, for one sequence."""
+    if len(diffs_T) == 0:
+        return 0, 0, -1.0, 1.0
+    step_R, used_R = first_stop(diffs_T[None, :], threshold, alpha, min_tasks, round_size)
+    t = int(used_R[0])
+    lower = float(lower_bounds(diffs_T, alpha)[t - 1])
+    upper = float(upper_bounds(diffs_T, alpha)[t - 1])
+    return int(step_R[0]), t, lower, upper
+
+
+def _undecided(t: int, n: int, min_tasks: int, change: float, lower: float, upper: float, what: str) -> str:
+    if t < min_tasks:
+        return f"only {t} tasks, fewer than the {min_tasks} needed before a sequential decision"
+    return (
+        f"change {change:+.3f} over all {t} of {n} tasks: the anytime bounds [{lower:+.3f}, {upper:+.3f}] "
+        f"still straddle {what}"
+    )
+
+
+def _checked(diffs: np.ndarray, alpha: float) -> np.ndarray:
+    diffs = np.asarray(diffs, dtype=float)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if diffs.size and not (np.all(diffs >= -1.0) and np.all(diffs <= 1.0)):
+        raise ValueError("paired differences must lie in [-1, 1]")
+    return diffs
