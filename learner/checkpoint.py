@@ -39,6 +39,8 @@ class LearnerState:
     window: dict[str, Any] = field(default_factory=dict)  # the current publishing window's run and sums
     head: str = ""  # the version the weights descend from ("base": none; "": not recorded yet)
     rebases: int = 0  # times the learner went back to the champion (learner/lineage.py)
+    last_records: dict[int, list] = field(default_factory=dict)  # partition -> [offset, digest] consumed last
+    resets: int = 0  # explicit restarts at a recreated topic's first offsets (learner/positions.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -47,6 +49,7 @@ class LearnerState:
     def from_json(cls, text: str) -> LearnerState:
         data = json.loads(text)
         data["offsets"] = {int(p): int(o) for p, o in data["offsets"].items()}
+        data["last_records"] = {int(p): r for p, r in data.get("last_records", {}).items()}
         return cls(**data)
 
 

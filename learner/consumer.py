@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ingest import topics
+from learner.positions import digest
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,14 @@ class RewardedConsumer:
         self, bootstrap: str, topic: str, group: str, offsets: dict[int, int], timeout_s: float = 30.0
     ):
         self.topic = topic
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
-        )
+        self.config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+        self.consumer = Consumer(self.config)
         deadline = time.monotonic() + timeout_s
         while True:
             meta = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -92,6 +92,35 @@ class RewardedConsumer:
                 return out
             if not out and idle_s is not None and now - started >= idle_s:
                 return out
+
+    def first_offsets(self, timeout_s: float = 30.0) -> dict[int, int]:
+        """Partition -> the first offset the broker still holds."""
+        meta = self.consumer.list_topics(self.topic, timeout=timeout_s).topics.get(self.topic)
+        partitions = sorted(meta.partitions) if meta is not None and meta.error is None else []
+        return {
+            p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)[0]
+            for p in partitions
+        }
+
+    def digest_at(self, partition: int, offset: int, timeout_s: float = 10.0) -> str | None:
+        """The digest of the record at ``offset`` (None when the log has no record there)."""
+        probe = Consumer({**self.config, "group.id": f"{self.config['group.id']}-probe"})
+        try:
+            probe.assign([TopicPartition(self.topic, partition, offset)])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                msg = probe.poll(0.2)
+                if msg is None or msg.error() is not None:
+                    continue
+                return digest(msg.value() or b"") if msg.offset() == offset else None
+            return None
+        finally:
+            probe.close()
+
+    def seek(self, offsets: dict[int, int]) -> None:
+        """Consume from ``offsets`` from now on (an explicit reset)."""
+        self.start = dict(offsets)
+        self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())])
 
     def commit(self, offsets: dict[int, int]) -> None:
         self.consumer.commit(

@@ -48,7 +48,7 @@ from ingest.config import load
 from ingest.contract import ContractError, DeadLetter, RewardedSession, parse
 from ingest.producer import RecordProducer
 from ingest.quality import QualityReport, QualitySettings, check_batch, quarantine
-from learner import checkpoint
+from learner import checkpoint, positions
 from learner.advantages import Baselines, FamilyStats
 from learner.batching import Limits, Outcome, Plan, collate, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
@@ -132,6 +132,7 @@ class Learner:
         )
         self.state.offsets = {**self.consumer.start, **self.state.offsets}
         if ckpt is not None:
+            self.check_positions()
             self.consumer.commit(self.state.offsets)  # the checkpoint is the truth; the group may lag it
         self.tracker = WindowTracker(settings.mlflow_url, settings.mlflow_experiment)
         self.crash_at = os.environ.get(CRASH_POINT_ENV)
@@ -150,6 +151,27 @@ class Learner:
         if ckpt is not None:
             self.track()  # the checkpoint's MLflow write again: the crash may have come before it
             self.settle_publish(ckpt)
+
+    def check_positions(self) -> None:
+        """Refuse (or, with ``offset_reset = "earliest"``, restart explicitly) when the topic is not the
+        one the checkpoint consumed: see :mod:`learner.positions`."""
+        s = self.settings
+        if s.offset_reset not in positions.RESETS:
+            raise ValueError(f"offset_reset: {s.offset_reset!r} is not one of {', '.join(positions.RESETS)}")
+        firsts = self.consumer.first_offsets()
+        found = positions.check(self.state.offsets, self.state.last_records, firsts, self.consumer.digest_at)
+        if not found:
+            return
+        message = positions.refusal(s.rewarded_topic, s.kafka_bootstrap, found)
+        if s.offset_reset != "earliest":
+            raise positions.StorageMismatch(message)
+        start = dict(firsts)
+        self.progress(
+            f"learner: {message.split('. ')[0]}; RATCHET_OFFSET_RESET=earliest: starting over at {start}"
+        )
+        self.state.offsets, self.state.last_records = start, {}
+        self.state.resets += 1
+        self.consumer.seek(start)
 
     def crash_point(self, name: str) -> None:
         if self.crash_at == name:
@@ -226,6 +248,8 @@ class Learner:
         state, s = self.state, self.settings
         for record in consumed:
             state.offsets[record.partition] = max(state.offsets.get(record.partition, 0), record.offset + 1)
+            if record.offset >= state.last_records.get(record.partition, [-1])[0]:
+                state.last_records[record.partition] = [record.offset, positions.digest(record.value)]
         state.baselines = {k: dataclasses.asdict(v) for k, v in baselines.items()}
         state.records += len(consumed)
         lines = sorted(entries, key=lambda e: (e["partition"], e["offset"]))
@@ -533,13 +557,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    run(
-        load_settings(),
-        args.max_batches,
-        args.idle_exit,
-        lambda m: print(m, flush=True),
-        lambda: bool(stopping),
-    )
+    try:
+        run(
+            load_settings(),
+            args.max_batches,
+            args.idle_exit,
+            lambda m: print(m, flush=True),
+            lambda: bool(stopping),
+        )
+    except positions.StorageMismatch as exc:
+        print(f"learner: refusing to start: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

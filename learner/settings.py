@@ -21,6 +21,9 @@ class LearnerSettings:
     kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers, host:port[,host:port...]
     rewarded_topic: str = topics.REWARDED  # the topic of rewarded sessions it trains on
     learner_group: str = "ratchet-learner"  # consumer group whose committed offsets mirror the checkpoint
+    # a topic that does not match the checkpoint (recreated, truncated): "refuse" to start, or
+    # start over at its "earliest" offsets keeping the ledger (learner/positions.py)
+    offset_reset: str = "refuse"
     model_dir: Path | None = None  # the base model's Hugging Face folder (required)
     base_model_name: str = "smollm2-135m-instruct"  # recorded in each adapter's manifest
     # the adapter store it publishes versions to (shared with the gate and the serving controller)

@@ -274,6 +274,13 @@ class Stack:
             created = ensure_topics(s.kafka_bootstrap, topic_specs(s.topic_partitions))
             if created:
                 self.progress(f"  broker: created topics {', '.join(created)}")
+            checkpoints = self.state_dir / "learner" / "checkpoints"
+            if created and not s.durable and checkpoints.is_dir() and any(checkpoints.iterdir()):
+                self.progress(
+                    f"  broker: WARNING: the broker keeps topics in memory and starts empty, but the learner's "
+                    f"state in {checkpoints.parent} persists: the learner refuses to resume on new topics "
+                    "unless RATCHET_OFFSET_RESET=earliest (or use a durable broker: RATCHET_DURABLE=true)"
+                )
 
         return Component(
             "broker",
