@@ -46,6 +46,7 @@ import torch
 
 from ingest.config import load
 from ingest.contract import ContractError, DeadLetter, RewardedSession, parse
+from ingest.health import Health
 from ingest.producer import RecordProducer
 from ingest.quality import QualityReport, QualitySettings, check_batch, quarantine
 from learner import checkpoint, positions
@@ -172,6 +173,21 @@ class Learner:
         self.state.offsets, self.state.last_records = start, {}
         self.state.resets += 1
         self.consumer.seek(start)
+
+    def health(self) -> dict[str, Any]:
+        """What ``/health`` and ``/metrics`` show (ingest/health.py)."""
+        st = self.state
+        latest = self.store.latest()
+        return {
+            "updates": st.updates,
+            "checkpoint": st.checkpoint,
+            "records": st.records,
+            "rebases": st.rebases,
+            "offset_resets": st.resets,
+            "head": st.head,
+            "published": latest.version if latest else None,
+            "offsets": {str(p): o for p, o in sorted(st.offsets.items())},
+        }
 
     def crash_point(self, name: str) -> None:
         if self.crash_at == name:
@@ -523,24 +539,31 @@ def run(
     stop: Callable[[], bool] = lambda: False,
 ) -> LearnerState:
     """Run the learner until ``stop()``, ``max_batches`` micro-batches, or ``idle_exit_s`` without records."""
-    learner = Learner(settings, progress)
     s = settings
-    batches = 0
+    health = Health("learner", s.learner_health_stale_s)
+    if s.learner_health_port:
+        health.serve(s.learner_health_host, s.learner_health_port)
     try:
-        while not stop() and (max_batches is None or batches < max_batches):
-            consumed = learner.consumer.batch(
-                s.batch_sessions, s.batch_tokens, s.batch_wait_s, idle_exit_s or 5.0, estimated_tokens
-            )
-            if consumed:
-                learner.step(consumed)
-                batches += 1
-            else:
-                learner.publish_if_due(learner.last_checkpoint)
-                if idle_exit_s is not None:
-                    progress(f"learner: no records for {idle_exit_s:g}s, stopping")
-                    break
+        learner = Learner(settings, progress)
+        batches = 0
+        try:
+            while not stop() and (max_batches is None or batches < max_batches):
+                health.beat(**learner.health())
+                consumed = learner.consumer.batch(
+                    s.batch_sessions, s.batch_tokens, s.batch_wait_s, idle_exit_s or 5.0, estimated_tokens
+                )
+                if consumed:
+                    learner.step(consumed)
+                    batches += 1
+                else:
+                    learner.publish_if_due(learner.last_checkpoint)
+                    if idle_exit_s is not None:
+                        progress(f"learner: no records for {idle_exit_s:g}s, stopping")
+                        break
+        finally:
+            learner.close()
     finally:
-        learner.close()
+        health.close()
     return learner.state
 
 

@@ -396,6 +396,8 @@ class Bench:
             rewards_metrics_port=free_port(),
             controller_metrics_port=free_port(),
             gate_port=free_port(),
+            learner_health_port=free_port(),
+            gate_health_port=free_port(),
         )
         self.arm_env: dict[str, str] = {}
         self.stack = Stack(self.stack_settings, progress=say, stages=self._stages)

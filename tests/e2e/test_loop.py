@@ -69,6 +69,8 @@ def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vll
         rewards_metrics_port=free_port(),
         controller_metrics_port=free_port(),
         gate_port=free_port(),
+        learner_health_port=free_port(),
+        gate_health_port=free_port(),
         join_wait_s=5,
     )
     stack = pipeline(settings, ps, progress=print)
