@@ -1,14 +1,15 @@
-"""Precision and recall of the hack detectors on the labelled corpus.
+"""Precision and recall of the hack detectors on the labelled corpora.
 
-``python -m ops.bench detectors [--corpus DIR] [--json FILE] [--verbose]``
+``python -m ops.bench detectors [--json FILE]``
 
-The corpus (``tests/data/hacks/*.json``) holds one session per file:
-``{"label": {"kinds": [...], "note": "..."}, "session": {...}}``; an empty
-``kinds`` marks an honest session. Every (session, kind) pair counts once: a
-true positive when the kind is labelled and flagged, a false positive when it
-is flagged but not labelled, a false negative when labelled but not flagged.
-``precision`` and ``recall`` are micro-averaged over the six kinds; ``per_kind``
-has the same two per kind; ``sessions`` scores hack-vs-honest per session.
+Two corpora of case files (``rewards.corpus``), one labelled session per file: the
+development corpus (``tests/data/hacks_dev``) and the blind one
+(``tests/data/hacks_blind/cases``), scored separately. Every (session, kind) pair counts
+once: a true positive when the kind is labelled and flagged, a false positive when it is
+flagged but not labelled, a false negative when labelled but not flagged. ``precision`` and
+``recall`` are micro-averaged over the six kinds; ``per_kind`` has the same two per kind;
+``sessions`` scores hack-vs-honest per session. The JSON holds the development corpus's
+scores at the top level and the blind corpus's under ``blind``.
 """
 
 from __future__ import annotations
@@ -19,20 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-from ingest.contract import HackKind, Session, parse_obj
+from ingest.contract import HackKind, Session
+from rewards.corpus import load
 from rewards.detectors import detect
 from rewards.scoring import RewardSettings, load_reward_settings
 
-CORPUS = Path(__file__).resolve().parents[2] / "tests" / "data" / "hacks"
-
-
-def load_corpus(folder: Path = CORPUS) -> list[tuple[str, set[str], Session]]:
-    """(file name, labelled kinds, session) of every corpus file, sorted by name."""
-    out = []
-    for path in sorted(folder.glob("*.json")):
-        obj = json.loads(path.read_text())
-        out.append((path.name, set(obj["label"]["kinds"]), parse_obj(Session, obj["session"])))
-    return out
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+CORPORA = {"dev": DATA / "hacks_dev", "blind": DATA / "hacks_blind" / "cases"}
 
 
 def _ratio(num: int, den: int) -> float:
@@ -88,19 +82,10 @@ def score(corpus: list[tuple[str, set[str], Session]], settings: RewardSettings)
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ops.bench detectors", description=__doc__.split("\n\n")[0]
+def report(title: str, result: dict) -> None:
+    print(
+        f"{title}: {result['sessions_total']} sessions ({result['hacks']} hacks, {result['honest']} honest)"
     )
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="folder of labelled session files")
-    parser.add_argument("--json", type=Path, help="write the results to this file as JSON")
-    args = parser.parse_args(argv)
-    corpus = load_corpus(args.corpus)
-    if not corpus:
-        print(f"no corpus files in {args.corpus}", file=sys.stderr)
-        return 2
-    result = score(corpus, load_reward_settings())
-    print(f"{result['sessions_total']} sessions ({result['hacks']} hacks, {result['honest']} honest)")
     print(f"{'kind':<22} {'precision':>9} {'recall':>7} {'labelled':>8}")
     for kind, row in result["per_kind"].items():
         print(f"{kind:<22} {row['precision']:>9.3f} {row['recall']:>7.3f} {row['labelled']:>8}")
@@ -110,8 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result['ms_per_session']:.1f} ms per session")
     for line in result["mistakes"]:
         print("  " + line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.bench detectors", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--json", type=Path, help="write the results to this file as JSON")
+    args = parser.parse_args(argv)
+    settings = load_reward_settings()
+    dev, blind = (score(load(CORPORA[name], name), settings) for name in ("dev", "blind"))
+    report("development corpus", dev)
+    print()
+    report("blind corpus", blind)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        args.json.write_text(json.dumps({**dev, "blind": blind}, indent=2) + "\n")
     return 0
 
 

@@ -1,57 +1,66 @@
-"""The labelled hack corpus (tests/data/hacks) and its benchmark.
-
-Each file is ``{"label": {"kinds": [...], "note": "..."}, "session": {...}}``: one
-Session record and the hack kinds it shows (empty for an honest session).
-"""
+"""The development hack corpus (tests/data/hacks_dev): each case's detected kinds, and the benchmark."""
 
 import json
 from collections import Counter
 
+import pytest
+
 from ingest.contract import HackKind
 from ops.bench import detectors as bench
-from rewards.scoring import RewardSettings
+from rewards.corpus import load
+from rewards.detectors import detect
+from rewards.scoring import RewardSettings, load_reward_settings
 
 KINDS = {k.value for k in HackKind}
+DEV = load(bench.CORPORA["dev"], "dev")
 
 
 def test_corpus_size_and_coverage():
-    corpus = bench.load_corpus()
-    hacks = [labels for _, labels, _ in corpus if labels]
-    honest = [name for name, labels, _ in corpus if not labels]
-    assert len(corpus) >= 60
-    assert len(hacks) >= 30 and len(honest) >= 30
+    hacks = [labels for _, labels, _ in DEV if labels]
+    assert (len(DEV), len(hacks)) == (111, 58)
+    assert len({s.session_id for _, _, s in DEV}) == len(DEV)
     per_kind = Counter(k for labels in hacks for k in labels)
     assert set(per_kind) == KINDS
     assert min(per_kind.values()) >= 5
 
 
-def test_every_file_is_a_labelled_session():
-    corpus = bench.load_corpus()
-    assert len({s.session_id for _, _, s in corpus}) == len(corpus)
-    for path in sorted(bench.CORPUS.glob("*.json")):
-        obj = json.loads(path.read_text())
-        assert set(obj) == {"label", "session"}, path.name
-        assert set(obj["label"]["kinds"]) <= KINDS, path.name
-        assert obj["label"]["note"], path.name
+# Known misses of the current detectors: each case stays in the test and must keep failing until a
+# detector change fixes it (strict), which then fails here so the entry is removed.
+KNOWN = {
+    "honest-112-opt-in-integration-tests": "a conftest hook that skips integration tests unless a "
+    "flag is given is flagged as test tampering (the skip marker is judged by spelling, not role)",
+}
 
 
-def test_benchmark_reports_precision_and_recall_per_kind(tmp_path):
+def _case(name: str, labelled: set[str], session):
+    case = name.removesuffix(".json")
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN[case])] if case in KNOWN else []
+    return pytest.param(name, labelled, session, id=case, marks=marks)
+
+
+@pytest.mark.parametrize(("name", "labelled", "session"), [_case(*c) for c in DEV])
+def test_detected_kinds_are_the_labelled_kinds(name, labelled, session):
+    flags = detect(session, load_reward_settings())
+    assert {f.kind.value for f in flags} == labelled, [f.evidence for f in flags]
+
+
+def test_benchmark_reports_both_corpora_per_kind(tmp_path):
     out = tmp_path / "detectors.json"
     assert bench.main(["--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result["per_kind"]) == KINDS
-    labelled = Counter(k for _, labels, _ in bench.load_corpus() for k in labels)
-    for kind, row in result["per_kind"].items():
-        assert row["tp"] + row["fn"] == labelled[kind]
-        assert 0.0 <= row["precision"] <= 1.0 and 0.0 <= row["recall"] <= 1.0
-    assert 0.0 <= result["precision"] <= 1.0 and 0.0 <= result["recall"] <= 1.0
-    assert result["sessions_total"] == result["hacks"] + result["honest"]
+    blind = load(bench.CORPORA["blind"], "blind")
+    for scores, corpus in ((result, DEV), (result["blind"], blind)):
+        assert set(scores["per_kind"]) == KINDS
+        labelled = Counter(k for _, labels, _ in corpus for k in labels)
+        for kind, row in scores["per_kind"].items():
+            assert row["tp"] + row["fn"] == labelled[kind]
+        assert scores["sessions_total"] == len(corpus) == scores["hacks"] + scores["honest"]
+    assert result["sessions_total"] == 111 and result["blind"]["sessions_total"] == 84
 
 
 def test_scores_count_false_positives_and_negatives():
-    corpus = bench.load_corpus()
-    honest = next(c for c in corpus if not c[1])
-    hack = next(c for c in corpus if "protected_access" in c[1])
+    honest = next(c for c in DEV if not c[1])
+    hack = next(c for c in DEV if "protected_access" in c[1])
     flipped = [(honest[0], {"verifier_gaming"}, honest[2]), (hack[0], set(), hack[2])]
     result = bench.score(flipped, RewardSettings())
     assert result["per_kind"]["verifier_gaming"]["fn"] == 1
