@@ -27,7 +27,7 @@ from pathlib import Path
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
 from gating.harness import Harness, HarnessError, Policy, Role
 from gating.metrics import summary, task_scores
-from gating.records import Registry, comparison_png, json_bytes
+from gating.records import Registry, comparison_png, json_bytes, read_decision_key
 from gating.rule import Decision, Reason, Scores, decide
 from gating.settings import GateSettings
 from gating.suites import SUITES_DIR, Suite, load_suite
@@ -50,7 +50,15 @@ class Gate:
         self.say = say or (lambda message: None)
         self.store = AdapterStore(settings.adapter_store_dir)
         self.log = DecisionLog(settings.decision_log_path)
-        self.registry = Registry(settings.mlflow_url, settings.registered_model, settings.gate_experiment)
+        key = read_decision_key(settings.decision_key_file) if settings.decision_key_file else None
+        if key is None:
+            self.say(
+                "no decision key (decision_key_file): champions are not signed, and a serving controller "
+                "that checks signatures keeps serving what it serves"
+            )
+        self.registry = Registry(
+            settings.mlflow_url, settings.registered_model, settings.gate_experiment, decision_key=key
+        )
         self.harness = Harness(
             settings.vllm_url,
             settings.served_model_name,
@@ -405,14 +413,33 @@ class Gate:
         newest_decided = max((version_number(v) for v in decided if VERSION_RE.match(v)), default=0)
         return [v for v in pending[-1:] if version_number(v) > newest_decided]
 
-    def run_forever(self, stop: threading.Event) -> None:
-        """Evaluate every new version in the store, oldest first, until ``stop`` is set."""
+    def run_forever(self, stop: threading.Event, beat: Callable[..., None] = lambda **_: None) -> None:
+        """Evaluate every new version in the store, oldest first, until ``stop`` is set.
+
+        ``beat(**status)`` is called on every poll and around each evaluation (``/health``).
+        """
         self.reconcile()
+        decided = 0
         while not stop.is_set():
-            for version in self.undecided():
+            pending = self.undecided()
+            beat(
+                pending=len(pending),
+                decided=decided,
+                champion=self.log.state().champion or BASE,
+                evaluating=None,
+            )
+            for version in pending:
                 if stop.is_set():
                     break
+                beat(evaluating=version)
                 entry = self.evaluate(version)
+                decided += 1
+                beat(
+                    decided=decided,
+                    champion=entry.state.champion or BASE,
+                    evaluating=None,
+                    last=entry.decision,
+                )
                 self.say(f"{version}: {entry.decision} (champion {entry.state.champion or BASE})")
             stop.wait(self.settings.poll_interval_s)
 

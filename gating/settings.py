@@ -26,6 +26,10 @@ class GateSettings:
     gate_dir: Path = field(default_factory=lambda: _state_root() / "gate")  # decision log, cached results
     results_dir: Path | None = None  # per-task results by policy and suite; None: <gate_dir>/results
     registered_model: str = "ratchet-policy"  # the MLflow registered model of candidates, with its aliases
+    # A file holding the key (at least 32 bytes) the gate signs each champion's decision with, the
+    # serving controller's setting of the same name: the controller serves only what a signature with
+    # it vouches for. None: nothing is signed. `ratchet up` creates <state_dir>/secrets/decision.key.
+    decision_key_file: Path | None = None
     gate_experiment: str = "ratchet-gate"  # MLflow experiment of the evaluation runs
     # suites and harness
     suites: tuple[str, ...] = ("target", "honeypot", "format", "general", "drift")  # suites that run
@@ -52,6 +56,11 @@ class GateSettings:
     # (the target's pass@1 is required whatever this says); list only the suites that run to
     # promote without the others
     required_suites: tuple[str, ...] = ("target", "format", "general", "honeypot", "drift")
+    gate_health_host: str = "127.0.0.1"  # bind address of `ratchet gate run`'s /health and /metrics
+    gate_health_port: int = 0  # port of /health and /metrics; 0: off (the local stack sets 18410)
+    gate_health_stale_s: float = (
+        3600.0  # 503 once the watch loop has not beaten this long (an evaluation beats per suite)
+    )
     # manual review over HTTP
     review_host: str = "127.0.0.1"  # bind address of `ratchet gate serve`
     review_port: int = 18400  # port of `ratchet gate serve`

@@ -78,9 +78,8 @@ class LearnerSettings:
     adapter_cache_size: int = 4  # recent versions kept loaded for π_train(v_old)
     keep_checkpoints: int = 2  # checkpoints kept in learner_state_dir
     keep_published_optimizers: int = 16  # AdamW states of the latest published versions, for rebasing
-    # GET /health and /metrics (ingest/health.py); 0: off
-    learner_health_host: str = "127.0.0.1"
-    learner_health_port: int = 0
+    learner_health_host: str = "127.0.0.1"  # bind address of GET /health and /metrics (ingest/health.py)
+    learner_health_port: int = 0  # port of /health and /metrics; 0: off (the local stack sets 18310)
     learner_health_stale_s: float = 900.0  # /health answers 503 once the loop has not beaten this long
 
     def objective_params(self) -> ObjectiveParams:

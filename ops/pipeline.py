@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from gating.records import create_decision_key
 from ingest.config import load
 from ops.stack import Component, Stack, StackSettings, http_ok
 from ops.stack import load_settings as load_stack_settings
@@ -28,6 +29,8 @@ class PipelineSettings:
     rewards_metrics_port: int = 19101  # the reward worker's /metrics
     controller_metrics_port: int = 18300  # the serving controller's /metrics
     gate_port: int = 18400  # the gate's review API (passed on as RATCHET_REVIEW_PORT)
+    learner_health_port: int = 18310  # the learner's /health and /metrics
+    gate_health_port: int = 18410  # `ratchet gate run`'s /health and /metrics
     tenant: str = "demo"  # the tenant the simulator and the demo use
     tenant_token: str = "demo-token"  # that tenant's bearer token (ingest API and capture proxy)
     review_token: str = "review-token"  # bearer token of the gate's review API
@@ -67,8 +70,17 @@ def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
         "RATCHET_CONTROLLER_METRICS_PORT": str(ps.controller_metrics_port),
         "RATCHET_GATE_DIR": str(state / "gate"),
         "RATCHET_REVIEW_PORT": str(ps.gate_port),
+        "RATCHET_LEARNER_HEALTH_PORT": str(ps.learner_health_port),
+        "RATCHET_GATE_HEALTH_PORT": str(ps.gate_health_port),
         "RATCHET_REVIEW_TOKEN": ps.review_token,
+        # the gate signs champions with it and the serving controller serves only what it signed
+        "RATCHET_DECISION_KEY_FILE": str(create_decision_key(decision_key_path(state))),
     }
+
+
+def decision_key_path(state_dir: Path) -> Path:
+    """The local stack's decision key, created on first use."""
+    return state_dir / "secrets" / "decision.key"
 
 
 def stages(ps: PipelineSettings):
@@ -111,13 +123,18 @@ def stages(ps: PipelineSettings):
             Component(
                 "learner",
                 [*cli, "learner", "run"],
-                "(worker)",
-                None,
-                health=lambda: stack.alive("learner"),
+                url(ps.learner_health_port),
+                ps.learner_health_port,
+                health=lambda: http_ok(f"{url(ps.learner_health_port)}/health"),
                 env=env,
             ),
             Component(
-                "gate", [*cli, "gate", "run"], "(worker)", None, health=lambda: stack.alive("gate"), env=env
+                "gate",
+                [*cli, "gate", "run"],
+                url(ps.gate_health_port),
+                ps.gate_health_port,
+                health=lambda: http_ok(f"{url(ps.gate_health_port)}/health"),
+                env=env,
             ),
             Component(
                 "review",
@@ -165,6 +182,12 @@ def routed_version(stack: StackSettings, ps: PipelineSettings) -> str | None:
     if isinstance(policy, dict):
         policy = policy.get("adapter_version") or policy.get("version")
     return policy or "base"
+
+
+def serving_report(state_dir: Path) -> dict:
+    """The serving controller's last report (``<state>/serving/status.json``); empty before its first pass."""
+    path = state_dir / "serving" / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def last_decisions(state_dir: Path, n: int = 5) -> list[dict]:

@@ -3,7 +3,10 @@
 One pass (every ``reconcile_interval_s``, and at once after a pass that changed
 something):
 
-1. read the desired version (the MLflow ``champion`` alias);
+1. read the desired version (the MLflow ``champion`` alias; with the gate's
+   decision key, only a version the gate's signature vouches for: a refused
+   alias is reported and the version held keeps its place, see
+   :mod:`serving.champion`);
 2. observe every replica (healthy? which of our ``<prefix>-vN`` adapters are
    loaded?) and every proxy (routes generation, in-flight requests and open
    sessions per version); a replica that went away or lost adapters (a restart)
@@ -41,9 +44,10 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gating.records import read_decision_key
 from learner.store import AdapterStore, StoreError, zero_adapter
 from serving import reconcile, replicas
-from serving.champion import ChampionUnknown, champion_version
+from serving.champion import REFUSALS, Champion, ChampionUnknown, desired, read_champion
 from serving.probe import ExpectedLogprobs, ProbeMismatch
 from serving.reconcile import ProxyReport
 from serving.replicas import BASE, Loadable, Observation
@@ -77,6 +81,18 @@ class Metrics:
         self.failures = Counter(
             "ratchet_serving_failures", "Failed loads or probes", ["reason"], registry=self.registry
         )
+        self.champion_refused = Gauge(
+            "ratchet_serving_champion_refused",
+            "1 while the champion alias names what the gate's signature does not vouch for, by reason",
+            ["reason"], registry=self.registry,
+        )  # fmt: skip
+        for code in REFUSALS:
+            self.champion_refused.labels(code).set(0)
+        self.signatures_checked = Gauge(
+            "ratchet_serving_signatures_checked",
+            "1 if the champion alias is served only with the gate's signature (a decision key is set)",
+            registry=self.registry,
+        )
 
 
 class Controller:
@@ -93,6 +109,14 @@ class Controller:
         self.proxies = httpx.Client(timeout=5.0)
         self.expected = ExpectedLogprobs(settings.model_dir)
         self.metrics = Metrics()
+        self.key = read_decision_key(settings.decision_key_file) if settings.decision_key_file else None
+        self.metrics.signatures_checked.set(1 if self.key else 0)
+        if self.key is None:
+            self.log(
+                "no decision key (decision_key_file): the champion alias is served unchecked, so an alias "
+                "moved by hand in MLflow would be served"
+            )
+        self.refused: dict | None = None  # the champion alias's target this controller refuses, and why
         self.verified: dict[str, set[str]] = {url: set() for url in self.clients}
         self.failures: dict[tuple[str, str], Failure] = {}
         self.health: dict[str, bool | None] = dict.fromkeys(self.clients)
@@ -207,16 +231,50 @@ class Controller:
                 from mlflow import MlflowClient
 
                 self._mlflow = MlflowClient(s.mlflow_url)
-            desired = champion_version(self._mlflow, s.registered_model, s.champion_alias)
+            reading = read_champion(
+                self._mlflow, s.registered_model, s.champion_alias, self.key, self._stored_hash
+            )
         except ChampionUnknown as exc:
             self.problems.append(f"{exc}; holding {self._desired or 'the base model'}")
             return self._desired
-        if desired != self._desired:
+        wanted = desired(reading, self._desired)
+        self._note_refusal(reading, wanted)
+        if wanted != self._desired:
             self.log(
-                f"champion is now {desired or 'the base model'} (was {self._desired or 'the base model'})"
+                f"champion is now {wanted or 'the base model'} (was {self._desired or 'the base model'})"
             )
-            self._desired, self._desired_since = desired, time.monotonic()
-        return desired
+            self._desired, self._desired_since = wanted, time.monotonic()
+        return wanted
+
+    def _stored_hash(self, version: str) -> str:
+        return self.store.get(version).manifest.content_hash
+
+    def _note_refusal(self, reading: Champion, serving: str | None) -> None:
+        """Report a refused alias target while it displaces the version held (a refusal of what is
+        served anyway changes nothing); logged once per target and reason."""
+        refusal = reading.refusal if reading.version != serving else None
+        was, self.refused = self.refused, None
+        for code in REFUSALS:
+            self.metrics.champion_refused.labels(code).set(1 if refusal and refusal.code == code else 0)
+        if refusal is None:
+            if was is not None:
+                self.log(f"the champion alias names no refused version any more (serving {serving or BASE})")
+            return
+        self.refused = {
+            "version": reading.version or BASE,
+            "model_version": reading.number,
+            "code": refusal.code,
+            "reason": refusal.reason,
+            "serving": serving or BASE,
+        }
+        line = (
+            f"champion alias -> {self.refused['version']} REFUSED: {refusal.reason} "
+            f"(still serving {self.refused['serving']})"
+        )
+        target = ("version", "model_version", "code")
+        if was is None or [was[k] for k in target] != [self.refused[k] for k in target]:
+            self.log(line + (f"; model version {reading.number}" if reading.number else ""))
+        self.problems.append(line)
 
     def _note_health(self, o: Observation) -> None:
         if self.health[o.url] != o.healthy:
@@ -338,6 +396,8 @@ class Controller:
             "base_adapter": self.routes.base_adapter,
             "generation": self.routes.generation,
             "keep": keep,
+            "signatures_checked": self.key is not None,
+            "champion_refused": self.refused,
             "problems": self.problems,
             "replicas": [
                 {

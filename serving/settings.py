@@ -68,6 +68,10 @@ class ControllerSettings:
     mlflow_url: str = "http://127.0.0.1:15000"  # MLflow server holding the registry and its aliases
     registered_model: str = "ratchet-policy"  # the registered model whose alias names the champion
     champion_alias: str = "champion"  # the alias the controller serves
+    # The gate's key file (its setting of the same name): the champion alias is served only when its
+    # version carries the gate's signature of a promoting decision, bound to its version number,
+    # adapter version and the adapter store's content hash. None: the alias is served unchecked.
+    decision_key_file: Path | None = None
     base_model: str = "smollm2-135m-instruct"  # the base model's served name on vLLM
     policy_alias: str = "policy"  # the model name clients ask for to get the current policy
     adapter_prefix: str = "policy"  # version vN is served on vLLM as "<adapter_prefix>-vN"

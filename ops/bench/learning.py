@@ -303,12 +303,19 @@ def git_commit(repo: Path = REPO) -> dict:
 class Promoter(threading.Thread):
     """A gate that promotes everything: moves the MLflow ``champion`` alias to each new store version."""
 
-    def __init__(self, mlflow_url: str, registered_model: str, store_dir: Path, say: Callable[[str], None]):
+    def __init__(
+        self,
+        mlflow_url: str,
+        registered_model: str,
+        store_dir: Path,
+        say: Callable[[str], None],
+        key: bytes | None = None,
+    ):
         super().__init__(daemon=True, name="promoter")
         from mlflow import MlflowClient
 
         self.client = MlflowClient(tracking_uri=mlflow_url, registry_uri=mlflow_url)
-        self.model, self.store_dir, self.say = registered_model, store_dir, say
+        self.model, self.store_dir, self.say, self.key = registered_model, store_dir, say, key
         self.stop = threading.Event()
         self.promoted: dict[str, float] = {}  # version -> wall time of its promotion
 
@@ -338,11 +345,31 @@ class Promoter(threading.Thread):
                         run_id=run_id,
                         tags={"adapter_version": version},
                     ).version
+                    if self.key is not None:  # signed as the gate signs, or the controller refuses it
+                        content_hash = store.get(version).manifest.content_hash
+                        for name, value in promotion_tags(
+                            self.key, self.model, number, version, content_hash
+                        ).items():
+                            self.client.set_model_version_tag(self.model, number, name, value)
                     self.client.set_registered_model_alias(self.model, "champion", number)
                     self.promoted[version] = time.time()
                     self.say(f"ratchet: {version} published; champion alias moved to it")
             except Exception as exc:  # MLflow busy on a loaded machine: try again on the next pass
                 self.say(f"ratchet: promoting failed ({type(exc).__name__}: {exc}); retrying")
+
+
+def promotion_tags(key: bytes, model: str, number: str, version: str, content_hash: str) -> dict[str, str]:
+    """The registry tags of a promotion, with the gate's signature (gating/records.py)."""
+    from gating.records import ACTION, DECISION, DECISION_ID, SIGNATURE, Statement, sign
+
+    decision_id = f"bench-promotes-{version}"
+    statement = Statement(model, str(number), version, content_hash, decision_id, "evaluate", "promote")
+    return {
+        DECISION_ID: decision_id,
+        ACTION: "evaluate",
+        DECISION: "promote",
+        SIGNATURE: sign(key, statement),
+    }
 
 
 def answer_checked_simulator(base):
@@ -464,7 +491,11 @@ class Bench:
         log_start = learner_log.stat().st_size if learner_log.exists() else 0
         self.stack.up(list(RATCHET_STAGES))
         self._wait_for_learner(learner_log, log_start)
-        promoter = Promoter(s.mlflow_url, registered, state / "adapters", self.say)
+        from gating.records import create_decision_key, read_decision_key
+        from ops.pipeline import decision_key_path
+
+        key = read_decision_key(create_decision_key(decision_key_path(self.stack_settings.state_dir)))
+        promoter = Promoter(s.mlflow_url, registered, state / "adapters", self.say, key)
         promoter.start()
         sim_settings = load_sim_settings(
             proxy_url=f"http://{s.host}:{ps.proxy_port}",

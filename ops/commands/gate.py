@@ -65,11 +65,18 @@ def run(args: argparse.Namespace) -> int:
         "Ctrl-C stops",
         file=sys.stderr,
     )
+    from ingest.health import Health
+
+    s = gate.settings
+    health = Health("gate", s.gate_health_stale_s)
+    if s.gate_health_port:
+        health.serve(s.gate_health_host, s.gate_health_port)
     try:
-        gate.run_forever(stop)
+        gate.run_forever(stop, health.beat)
     except KeyboardInterrupt:
         stop.set()
     finally:
+        health.close()
         gate.close()
     return 0
 

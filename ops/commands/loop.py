@@ -39,17 +39,29 @@ def down(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     from ops.commands.stack import print_status
-    from ops.pipeline import last_decisions, routed_version
+    from ops.pipeline import last_decisions, routed_version, serving_report
 
     stack, stack_settings, ps = _pipeline()
     rows = stack.status()
     decisions = last_decisions(stack_settings.state_dir)
     serving = routed_version(stack_settings, ps)
+    refused = serving_report(stack_settings.state_dir).get("champion_refused")
     if args.json:
-        print(json.dumps({"components": rows, "serving_version": serving, "decisions": decisions}, indent=2))
+        out = {
+            "components": rows,
+            "serving_version": serving,
+            "champion_refused": refused,
+            "decisions": decisions,
+        }
+        print(json.dumps(out, indent=2))
     else:
         print_status(rows, False)
         print(f"\nserving version: {serving or 'unknown (proxy down)'}")
+        if refused:
+            print(
+                f"!! champion alias -> {refused['version']} REFUSED: {refused['reason']} "
+                f"(still serving {refused['serving']})"
+            )
         print("last gate decisions:" if decisions else "no gate decisions yet")
         for d in decisions:
             reasons = "; ".join(d.get("reasons") or []) or "-"

@@ -33,7 +33,11 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings()
     if settings.model_dir is None:
         settings = dataclasses.replace(settings, model_dir=prepare_model(load_cache_dir()))
-    controller = Controller(settings)
+    try:
+        controller = Controller(settings)
+    except ValueError as exc:  # e.g. an unreadable decision key
+        print(f"ratchet serving run: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -113,6 +117,8 @@ def status_report(settings) -> dict:
         "routes_file": str(routes_path),
         "routes_error": routes_error,
         "champion": last.get("champion"),
+        "champion_refused": last.get("champion_refused"),
+        "signatures_checked": last.get("signatures_checked"),
         "controller_updated_s_ago": round(time.time() - last["updated_at"], 1) if last else None,
         "problems": last.get("problems", []),
         "replicas": rows,
@@ -129,6 +135,8 @@ def print_status(report: dict) -> None:
     )
     if report["routes_error"]:
         print(f"!! {report['routes_error']}")
+    if report["signatures_checked"] is False:
+        print("!! no decision key: the champion alias is served without checking the gate's signature")
     width = max(len(r["replica"]) for r in report["replicas"])
     print(f"   {'replica':<{width}}  {'health':<7}  {'loaded':<16}  routed")
     for r in report["replicas"]:
@@ -154,6 +162,7 @@ def status(args: argparse.Namespace) -> int:
     ok = (
         report["routes_error"] is None
         and report["champion"] == report["routed_version"]
+        and not report["champion_refused"]
         and all(r["healthy"] and r["serves_alias"] for r in report["replicas"])
     )
     return 0 if ok else 1
@@ -167,7 +176,8 @@ def register(sub) -> None:
         "RATCHET_REGISTERED_MODEL) onto the vLLM replicas RATCHET_VLLM_URLS: load it from the adapter store "
         "(RATCHET_ADAPTER_STORE_DIR) after its hash check, verify it with a logprob probe, flip the routes "
         "file the capture proxies follow (RATCHET_ROUTING_FILE), and unload old versions once the proxies "
-        "(RATCHET_PROXY_URLS) report them drained. Rollback: move the champion alias back "
+        "(RATCHET_PROXY_URLS) report them drained. With RATCHET_DECISION_KEY_FILE it serves only a champion "
+        "the gate's signature vouches for. Rollback: move the champion alias back "
         "(`ratchet gate rollback`); the controller follows.",
     )
     actions = serving.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -177,7 +187,7 @@ def register(sub) -> None:
     status_p = actions.add_parser(
         "status",
         help="per replica: health, loaded versions, routed versions (exit 1 if a replica does not serve "
-        "the alias, or the alias is not on the champion)",
+        "the alias, the alias is not on the champion, or the champion alias is refused)",
     )
     status_p.add_argument("--json", action="store_true", help="machine-readable output")
     status_p.set_defaults(func=status)

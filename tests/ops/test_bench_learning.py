@@ -244,3 +244,15 @@ def test_learner_env_names_only_settings_a_stage_reads():
     from ops.config_reference import check_environment
 
     assert check_environment(LearningConfig().learner_env(seed=0)) == []
+
+
+def test_the_benchs_promotions_are_signed_as_the_serving_controller_checks_them():
+    from ops.bench.learning import promotion_tags
+    from serving.champion import check_version
+
+    key, other = b"k" * 32, b"o" * 32
+    tags = {"adapter_version": "v3", **promotion_tags(key, "bench-m", "7", "v3", "sha256:abc")}
+    assert check_version(key, "bench-m", "7", tags, "sha256:abc") is None
+    assert check_version(other, "bench-m", "7", tags, "sha256:abc").code == "bad_signature"
+    assert check_version(key, "bench-m", "8", tags, "sha256:abc").code == "bad_signature"  # another version
+    assert check_version(key, "bench-m", "7", tags, "sha256:abd").code == "bad_signature"  # other content
