@@ -133,7 +133,11 @@ class Learner:
         )
         self.state.offsets = {**self.consumer.start, **self.state.offsets}
         if ckpt is not None:
-            self.check_positions()
+            try:
+                self.check_positions()
+            except positions.StorageMismatch:
+                self.consumer.close()  # nothing was consumed; leave no client polling a broker
+                raise
             self.consumer.commit(self.state.offsets)  # the checkpoint is the truth; the group may lag it
         self.tracker = WindowTracker(settings.mlflow_url, settings.mlflow_experiment)
         self.crash_at = os.environ.get(CRASH_POINT_ENV)
