@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from ingest import topics
+from ingest.brokers import client_config
 from ingest.contract import MAX_TEXT_CHARS, ContractError, DeadLetter, parse
 from ingest.intake import ENDPOINTS
 from ingest.producer import BrokerUnavailable, producer_config
@@ -251,7 +252,7 @@ def read_replayed(
     topics.ensure_topics(bootstrap, [spec], timeout_s)
     ((partition, marker),) = _produce(bootstrap, [(log_topic, b"marker", b"", [(MARKER_HEADER, b"dlq")])])
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "ratchet-dlq-replay", "enable.auto.commit": False}
+        client_config(bootstrap, **{"group.id": "ratchet-dlq-replay", "enable.auto.commit": False})
     )  # assign() only: nothing is committed
     found: dict[str, Replayed] = {}
     deadline = time.monotonic() + timeout_s

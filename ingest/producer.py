@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ingest import topics
+from ingest.brokers import client_config
 from ingest.contract import DeadLetter
 
 
@@ -61,7 +62,7 @@ RENEW_ON = {
 def producer_config(bootstrap: str, delivery_timeout_s: float = 10.0, **config: str | int | bool) -> dict:
     """librdkafka settings of a durable producer: idempotent, acks=all, bounded delivery time."""
     return {
-        "bootstrap.servers": bootstrap,
+        **client_config(bootstrap),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 2,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from ingest.brokers import client_config
+
 SESSIONS = "sessions.v1"
 FEEDBACK = "feedback.v1"
 OUTCOMES = "outcomes.v1"
@@ -57,7 +59,7 @@ def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None, timeout_
     from confluent_kafka.admin import AdminClient, NewTopic
 
     specs = specs if specs is not None else topic_specs()
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10_000})
+    admin = AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10_000}))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [s for s in specs if s.name not in existing]
     if not missing:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ingest import topics
+from ingest.brokers import client_config
 from learner.positions import digest
 
 
@@ -35,7 +36,7 @@ class RewardedConsumer:
     ):
         self.topic = topic
         self.config = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

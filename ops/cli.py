@@ -8,6 +8,7 @@ import pkgutil
 import sys
 
 import ops.commands
+from ingest.brokers import security
 from ingest.config import ConfigError
 
 
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return demo(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        security()  # a bad Kafka security setting stops every command before it starts work
         return args.func(args)
     except ConfigError as exc:
         print(f"ratchet: configuration error: {exc}", file=sys.stderr)

@@ -28,6 +28,7 @@ import typing
 from pathlib import Path
 
 from gating.settings import GateSettings
+from ingest.brokers import KafkaSecurity
 from ingest.config import ENV_PREFIX
 from ingest.quality import QualitySettings
 from ingest.settings import IngestSettings
@@ -52,6 +53,9 @@ class SettingsClass:
 
 
 SETTINGS = (
+    SettingsClass(
+        KafkaSecurity, "kafka", "every stage's Kafka clients (ingest, proxy, rewards, learner, `ratchet dlq`)"
+    ),
     SettingsClass(IngestSettings, "ingest", "`ratchet ingest serve`"),
     SettingsClass(ProxySettings, "proxy", "`ratchet proxy serve`"),
     SettingsClass(StreamSettings, "rewards", "`ratchet rewards worker` (the stream join and its loop)"),

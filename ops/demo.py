@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ingest.brokers import client_config
+
 if TYPE_CHECKING:
     from ops.report import RunData
 
@@ -39,7 +41,7 @@ def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list:
 
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": f"ratchet-report-{time.time_ns()}",
             "enable.auto.commit": False,
         }

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from ingest.brokers import client_config
 from ingest.config import load
 
 Progress = Callable[[str], None]
@@ -170,7 +171,7 @@ def broker_healthy(bootstrap: str, timeout: float = 2.0) -> bool:
     from confluent_kafka.admin import AdminClient
 
     try:
-        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout)
+        AdminClient(client_config(bootstrap)).list_topics(timeout=timeout)
         return True
     except Exception:
         return False

@@ -50,6 +50,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from faust.types import TP
 
 from ingest import topics
+from ingest.brokers import faust_credentials
 from ingest.contract import ContractError, DeadLetter, Feedback, Outcome, Session, parse
 from rewards import judge
 from rewards.join import INPUTS, Emission, Partition, Rejection
@@ -299,6 +300,7 @@ def build_app(
     app = BatchApp(
         settings.rewards_group_id,
         broker=faust_brokers(settings.kafka_bootstrap),
+        broker_credentials=faust_credentials(),
         key_serializer="raw",
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",

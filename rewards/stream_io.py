@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from ingest import topics
+from ingest.brokers import client_config
 from ingest.producer import BrokerUnavailable
 from rewards.join import Emitted
 
@@ -121,7 +122,7 @@ class Outbox:
         self.delivery_timeout_s = delivery_timeout_s
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
@@ -254,7 +255,7 @@ def read_history(
     ms)) and the number of records read."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": "ratchet-rewards-history",  # assign() only: nothing is committed
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -296,7 +297,7 @@ class FloorStore:
     def __init__(self, bootstrap: str, group: str, timeout_s: float = 30.0):
         self.timeout_s = timeout_s
         self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": f"{group}.floor", "enable.auto.commit": False}
+            {**client_config(bootstrap), "group.id": f"{group}.floor", "enable.auto.commit": False}
         )
 
     def read(self, partitions: list[int]) -> dict[int, int | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from ingest.brokers import aiokafka_kwargs
 from rewards.stream_io import BatchApp
 
 
@@ -15,7 +16,7 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
 
     consumer = AIOKafkaConsumer(
         source,
-        bootstrap_servers=bootstrap,
+        **aiokafka_kwargs(bootstrap),
         group_id="bench-raw",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -23,7 +24,7 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
         heartbeat_interval_ms=1000,
         fetch_max_wait_ms=BatchApp.fetch_max_wait_ms,  # the rewards worker's long-poll
     )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    producer = AIOKafkaProducer(**aiokafka_kwargs(bootstrap), acks="all", linger_ms=2)
     await consumer.start()
     await producer.start()
     try:

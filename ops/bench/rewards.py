@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ingest import topics
+from ingest.brokers import client_config
 from ingest.examples import example_outcome, example_session
 from ops.stack import REPO, Stack, StackSettings, free_port
 from rewards.stream_io import HEADER_MARKER
@@ -62,7 +63,7 @@ def bench_sessions(n: int) -> list[tuple[bytes, bytes]]:
 
 def load(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
     """Produce ``records`` to ``topic`` as fast as the client can; return when that began (epoch s)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    producer = Producer(client_config(bootstrap, **{"linger.ms": 5, "acks": "all"}))
     began = time.time()
     for key, value in records:
         while True:
@@ -121,9 +122,7 @@ def last_output_ms(
     bootstrap: str, topic: str, n: int, timeout_s: float, workers: tuple[subprocess.Popen, ...] = ()
 ) -> int:
     """Timestamp (ms) of the last of the first ``n`` output records on ``topic`` (markers skipped)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "bench-check", "enable.auto.commit": False}
-    )
+    consumer = Consumer({**client_config(bootstrap), "group.id": "bench-check", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     stamps: list[int] = []
     deadline = time.monotonic() + timeout_s
@@ -183,7 +182,7 @@ def one_round(
     bootstrap = stack.settings.kafka_bootstrap
     workers: list[subprocess.Popen] = []
     try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(client_config(bootstrap))
         for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (SOURCE, SCRATCH)]).values():
             future.result()
         bare = subprocess.Popen(

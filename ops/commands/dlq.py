@@ -8,6 +8,8 @@ import sys
 import textwrap
 from datetime import UTC
 
+from ingest.brokers import client_config
+
 BOOTSTRAP_SETTING = "RATCHET_KAFKA_BOOTSTRAP"
 
 
@@ -169,7 +171,7 @@ def _describe(send) -> str:
 def _topics(bootstrap: str) -> dict:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return AdminClient(client_config(bootstrap)).list_topics(timeout=10).topics
 
 
 def _guarded(func):

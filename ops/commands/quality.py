@@ -8,6 +8,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from ingest.brokers import client_config
+
 
 class SampleError(RuntimeError):
     pass
@@ -34,7 +36,7 @@ def consume_sample(bootstrap: str, topic: str, limit: int, idle_timeout_s: float
 
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": f"ratchet-quality-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
         }

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from ingest import topics
+from ingest.brokers import client_config
 
 KEYED = (topics.SESSIONS, topics.FEEDBACK, topics.OUTCOMES, topics.REWARDED)
 ALL = (*KEYED, topics.DLQ)
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap, topics.topic_specs(args.partitions, args.replication_factor)
         )
         print(f"created: {', '.join(created) or 'none (all exist)'}")
-    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    listed = AdminClient(client_config(bootstrap)).list_topics(timeout=30).topics
     partitions = {name: len(listed[name].partitions) for name in ALL if name in listed}
     for name in ALL:
         print(f"{name}: {partitions.get(name, 'missing')} partitions")
