@@ -48,7 +48,7 @@ ShortText = Annotated[str, StringConstraints(max_length=1024)]
 TokenId = Annotated[int, Strict(), Field(ge=0, lt=2**31)]
 NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 NonNegFloat = Annotated[float, Strict(), Field(ge=0.0, allow_inf_nan=False)]
-Logprob = Annotated[float, Strict()]
+Logprob = Annotated[float, Strict(), Field(json_schema_extra={"maximum": 0})]  # finite, <= 0
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 AdapterVersion = Annotated[str, StringConstraints(pattern=r"^v[0-9]+$", max_length=32)]
 
@@ -147,7 +147,16 @@ class AssistantTurn(Record):
     turn_id: Id
     prompt_token_ids: Annotated[list[TokenId], Field(min_length=1, max_length=MAX_TOKENS_PER_TURN)]
     completion_token_ids: Annotated[list[TokenId], Field(min_length=1, max_length=MAX_TOKENS_PER_TURN)]
-    behaviour_logprobs: Annotated[list[Logprob], Field(min_length=1, max_length=MAX_TOKENS_PER_TURN)]
+    behaviour_logprobs: Annotated[
+        list[Logprob],
+        Field(
+            min_length=1,
+            max_length=MAX_TOKENS_PER_TURN,
+            description="The serving engine's log-probability of each completion token, finite and <= 0: "
+            "exactly one per entry of completion_token_ids, in the same order (equal lengths; "
+            "the schema cannot express it, the ingest API refuses a mismatch).",
+        ),
+    ]
     logprobs_mode: LogprobsMode = LogprobsMode.PROCESSED
     sampling: SamplingParams = SamplingParams()
     adapter_version: AdapterVersion | None = None  # the version that served this turn
@@ -198,17 +207,36 @@ class Cost(Record):
     seconds: NonNegFloat = 0.0
 
 
+def _given(name: str) -> dict:
+    return {"properties": {name: {"type": "integer"}}, "required": [name]}
+
+
 class Outcome(Record):
     """Test and verifier results for a session, in-line or as a late record."""
+
+    # What the schema can say of the counts: each pair given together, at least one pair
+    # (that passed <= total, only the ingest API checks).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [_given("tests_total"), _given("verifiers_total")],
+            "allOf": [
+                {"if": _given(a), "then": _given(b)}
+                for x in ("tests", "verifiers")
+                for a, b in ((f"{x}_passed", f"{x}_total"), (f"{x}_total", f"{x}_passed"))
+            ],
+        }
+    )
 
     schema_version: Literal[1] = SCHEMA_VERSION
     outcome_id: Id
     session_id: Id
     tenant: Id
-    tests_passed: NonNegInt | None = None
-    tests_total: NonNegInt | None = None
-    verifiers_passed: NonNegInt | None = None
-    verifiers_total: NonNegInt | None = None
+    tests_passed: Annotated[NonNegInt | None, Field(description="<= tests_total; given with it")] = None
+    tests_total: Annotated[NonNegInt | None, Field(description="given with tests_passed")] = None
+    verifiers_passed: Annotated[NonNegInt | None, Field(description="<= verifiers_total; given with it")] = (
+        None
+    )
+    verifiers_total: Annotated[NonNegInt | None, Field(description="given with verifiers_passed")] = None
     details: Text | None = None
     created_at: datetime = Field(default_factory=utc_now)
 
@@ -245,11 +273,27 @@ class Session(Record):
     task_id: Id | None = None  # sessions of one task form a group (retries, samples of one prompt)
     task_family: Id | None = None  # tasks of one kind share a running reward baseline
     policy: PolicyRef
-    turns: Annotated[list[Turn], Field(min_length=1, max_length=MAX_TURNS)]
+    turns: Annotated[
+        list[Turn],
+        Field(
+            min_length=1,
+            max_length=MAX_TURNS,
+            json_schema_extra={
+                "contains": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]}
+            },
+            description="At least one assistant turn; turn ids unique within the session, and at most "
+            f"{MAX_SESSION_TOKENS} prompt + completion tokens over all assistant turns (these two the "
+            "schema cannot express; the ingest API refuses them).",
+        ),
+    ]
     status: SessionStatus
     cost: Cost = Cost()
-    outcome: Outcome | None = None
-    feedback: Feedback | None = None
+    outcome: Annotated[
+        Outcome | None, Field(description="In-line outcome: its session_id and tenant are the session's.")
+    ] = None
+    feedback: Annotated[
+        Feedback | None, Field(description="In-line feedback: its session_id and tenant are the session's.")
+    ] = None
     metadata: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
     created_at: datetime = Field(default_factory=utc_now)
 
@@ -314,6 +358,18 @@ class HackFlag(Record):
 
 
 class RewardedSession(Record):
+    # An excluded session names why (that session_id and tenant are the embedded session's, and
+    # that flag spans lie inside their turns, only the consumers check).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"excluded": {"const": True}}, "required": ["excluded"]},
+            "then": {
+                "properties": {"exclusion_reason": {"type": "string", "minLength": 1}},
+                "required": ["exclusion_reason"],
+            },
+        }
+    )
+
     schema_version: Literal[1] = SCHEMA_VERSION
     session_id: Id
     tenant: Id
