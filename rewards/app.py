@@ -46,12 +46,13 @@ import logging
 import time
 from typing import NoReturn
 
+import httpx
 from confluent_kafka import OFFSET_BEGINNING
 from faust.types import TP
 
 from ingest import topics
 from ingest.brokers import faust_credentials
-from ingest.contract import ContractError, DeadLetter, Feedback, Outcome, Session, parse
+from ingest.contract import ContractError, DeadLetter, Feedback, Outcome, RewardedSession, Session, parse
 from rewards import judge
 from rewards.join import INPUTS, Emission, Partition, Rejection
 from rewards.metrics import Metrics
@@ -94,6 +95,7 @@ class RewardsStage:
         self._committed: tuple[dict, dict] = ({}, {})
         self._last_commit = self._last_log = time.monotonic()
         self._consumed_at_log = 0.0
+        self._judge_client: httpx.Client | None = None  # made on the first judge call
 
     # -- rebalancing
 
@@ -161,7 +163,7 @@ class RewardsStage:
                     if not part.seen(tp.topic, record.offset):
                         outs += self._read(part, tp.topic, record, now)
             for part in touched:
-                outs += self._score(part.ready())
+                outs += await self._score(part.ready())
             self._send(outs)
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
 
@@ -172,7 +174,7 @@ class RewardsStage:
             now, outs = now_ms(), []
             for p, part in self.parts.items():
                 emissions, rejections = part.sweep(now)
-                outs += self._score(emissions) + [self._dead_letter(r) for r in rejections]
+                outs += await self._score(emissions) + [self._dead_letter(r) for r in rejections]
                 clock = part.clock(now)  # 0 until the partition's topics have been read or found quiet
                 self.metrics.lag.labels(str(p)).set(max(0.0, (now - clock) / 1000) if clock else 0.0)
                 held = part.committable()
@@ -195,6 +197,8 @@ class RewardsStage:
             self.closed = True
             self.outbox.close()
             self.floors.close()
+            if self._judge_client is not None:
+                self._judge_client.close()
 
     # -- steps
 
@@ -215,18 +219,32 @@ class RewardsStage:
             return [self._dead_letter(Rejection("malformed", reason, raw, exc.session_id, exc.tenant))]
         return [self._dead_letter(r) for r in rejected]
 
-    def _score(self, emissions: list[Emission]) -> list[Out]:
-        outs = []
+    async def _score(self, emissions: list[Emission]) -> list[Out]:
+        """Score each emission; a session whose scoring raised is dead-lettered. With the judge on,
+        the flagged sessions' judge calls run together in threads, off the event loop (heartbeats and
+        fetching go on meanwhile); the batch waits for the slowest (at most ``judge_timeout_s``)."""
+        scored: list[tuple[Emission, RewardedSession | None, BaseException | None]] = []
         for e in emissions:
-            sid = e.session.session_id
             try:
-                rewarded = reward_session(
-                    e.session, list(e.feedback), list(e.outcomes), self.reward_settings, revision=e.revision
-                )
-                # Optional second opinion on flagged sessions (off by default; a blocking call).
-                rewarded = judge.review(rewarded, self.reward_settings)
+                args = (e.session, list(e.feedback), list(e.outcomes), self.reward_settings)
+                scored.append((e, reward_session(*args, revision=e.revision), None))
             except Exception as exc:  # a scoring fault must not stop the stage: dead-letter the session
-                log.exception("scoring session %s revision %d failed", sid, e.revision)
+                scored.append((e, None, exc))
+        if self.reward_settings.judge_enabled:
+            flagged = [
+                i for i, (_, rewarded, _) in enumerate(scored) if rewarded is not None and rewarded.flags
+            ]
+            verdicts = await asyncio.gather(
+                *(self._judge(scored[i][1]) for i in flagged), return_exceptions=True
+            )
+            for i, judged in zip(flagged, verdicts, strict=True):
+                e = scored[i][0]
+                scored[i] = (e, None, judged) if isinstance(judged, BaseException) else (e, judged, None)
+        outs = []
+        for e, rewarded, exc in scored:
+            sid = e.session.session_id
+            if exc is not None or rewarded is None:
+                log.error("scoring session %s revision %d failed", sid, e.revision, exc_info=exc)
                 reason = f"scoring revision {e.revision} of session {sid} failed: {exc!r}"
                 outs.append(
                     self._dead_letter(Rejection("scoring_failed", reason, e.session.to_json(), sid, None))
@@ -238,6 +256,11 @@ class RewardsStage:
                 Out(topics.REWARDED, sid.encode(), rewarded.to_json(e.session_json), e.partition, headers)
             )
         return outs
+
+    async def _judge(self, rewarded: RewardedSession) -> RewardedSession:
+        if self._judge_client is None:
+            self._judge_client = httpx.Client()  # thread-safe: shared by the concurrent calls
+        return await asyncio.to_thread(judge.review, rewarded, self.reward_settings, self._judge_client)
 
     def _dead_letter(self, rejection: Rejection) -> Out:
         self.metrics.dead_letters.labels(rejection.kind).inc()
