@@ -1,14 +1,22 @@
 """The bench's bare consume→produce loop, in its own process: ``python -m ops.bench._bare_loop
 BOOTSTRAP SOURCE TARGET N``. Prints ``ready`` once it owns every partition of SOURCE, then copies N
-records to TARGET (same key, same partition), committing per fetched batch, and exits."""
+records to TARGET (same key, same partition) and exits.
+
+It is pipelined as the rewards worker is: sends are not awaited batch by batch; every
+``rewards_commit_interval_s`` (the worker's setting) it waits for the acknowledgements of what it
+sent, then commits its input offsets, as the worker flushes its outbox before it commits. So the
+two sides of the bench do the same Kafka work with the same delivery guarantee, and differ only
+in what the worker adds: the join, the contract, scoring and its own bookkeeping."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
 from ingest.brokers import aiokafka_kwargs
 from rewards.stream_io import BatchApp
+from rewards.worker_settings import StreamSettings
 
 
 async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
@@ -28,7 +36,9 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
     await consumer.start()
     await producer.start()
     try:
-        done, ready = 0, False
+        done, ready, pending = 0, False, []
+        interval_s = StreamSettings().rewards_commit_interval_s
+        last_commit = time.monotonic()
         while done < n:
             batch = await consumer.getmany(timeout_ms=100 if not ready else 1000, max_records=2000)
             if (
@@ -37,16 +47,17 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
             ):
                 ready = True
                 print("ready", flush=True)
-            sends = []
             for tp, records in batch.items():
                 for record in records:
-                    sends.append(
+                    pending.append(
                         await producer.send(target, record.value, key=record.key, partition=tp.partition)
                     )
                 done += len(records)
-            await asyncio.gather(*sends)
-            if batch:
+            if pending and (done >= n or time.monotonic() - last_commit >= interval_s):
+                await asyncio.gather(*pending)  # acknowledged before the offsets that produced them
+                pending = []
                 await consumer.commit()
+                last_commit = time.monotonic()
     finally:
         await consumer.stop()
         await producer.stop()
