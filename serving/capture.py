@@ -11,6 +11,14 @@ assistant message (by ``tool_call_id``) and whose output is the message
 content; system and developer messages are kept only in the prompt token ids.
 Then the completion becomes an ``AssistantTurn``. Completion requests record
 only the ``AssistantTurn`` (the prompt is in its prompt token ids).
+
+A streamed completion (``stream: true``) is assembled chunk by chunk by
+``StreamedTokens`` into what ``served_tokens`` reads from a whole response:
+vLLM puts the prompt ids in the first chunk (top-level ``prompt_token_ids`` for
+chat, the choice's ``prompt_token_ids`` for completions), the ids of each delta
+in the choice's ``token_ids`` and their logprobs in the choice's ``logprobs``
+(``content[*].logprob`` for chat, ``token_logprobs`` for completions). Each
+chunk goes to the client through ``client_view``, as a whole response does.
 """
 
 from __future__ import annotations
@@ -34,11 +42,6 @@ def check_request(body: Any, kind: str) -> None:
         raise BadRequest("the request body must be a JSON object")
     if not isinstance(body.get("model"), str):
         raise BadRequest("'model' is required and must be a string")
-    if body.get("stream"):
-        raise BadRequest(
-            "streaming is not supported by the capture proxy: send stream=false "
-            "(each completion is recorded whole, with its token ids and logprobs)"
-        )
     if body.get("n", 1) not in (1, None) or body.get("best_of", 1) not in (1, None):
         raise BadRequest("n and best_of must be 1: a session records one completion per request")
     if kind == CHAT:
@@ -128,6 +131,69 @@ def served_tokens(response: dict, kind: str) -> dict:
         "behaviour_logprobs": logprobs,
         "text": text,
     }
+
+
+class StreamedTokens:
+    """The served tokens of a streamed completion, assembled from its chunks in order."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.prompt_token_ids: list[int] | None = None
+        self.completion_token_ids: list[int] = []
+        self.behaviour_logprobs: list[float] = []
+        self.texts: list[str] = []
+        self.tool_calls: dict[int, dict] = {}  # by the delta's index
+        self.finish_reason: str | None = None
+        self.usage: dict | None = None
+
+    def add(self, chunk: dict) -> None:
+        self.usage = chunk.get("usage") or self.usage
+        if self.kind == CHAT and chunk.get("prompt_token_ids"):
+            self.prompt_token_ids = chunk["prompt_token_ids"]
+        for choice in chunk.get("choices") or []:  # n == 1: at most one
+            if self.kind == CHAT:
+                delta = choice.get("delta") or {}
+                if delta.get("content") is not None:
+                    self.texts.append(delta["content"])
+                for call in delta.get("tool_calls") or []:
+                    self._add_tool_call(call)
+                content = (choice.get("logprobs") or {}).get("content") or []
+                self.behaviour_logprobs += [float(t["logprob"]) for t in content]
+            else:
+                if choice.get("prompt_token_ids"):
+                    self.prompt_token_ids = choice["prompt_token_ids"]
+                self.texts.append(choice.get("text") or "")
+                token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+                self.behaviour_logprobs += [float(x) for x in token_logprobs]
+            self.completion_token_ids += choice.get("token_ids") or []
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def _add_tool_call(self, delta: dict) -> None:
+        call = self.tool_calls.setdefault(
+            delta.get("index", len(self.tool_calls)),
+            {"id": None, "type": "function", "function": {"name": None, "arguments": ""}},
+        )
+        call["id"] = delta.get("id") or call["id"]
+        call["type"] = delta.get("type") or call["type"]
+        function = delta.get("function") or {}
+        call["function"]["name"] = function.get("name") or call["function"]["name"]
+        call["function"]["arguments"] += function.get("arguments") or ""
+
+    def served(self) -> dict:
+        """What ``served_tokens`` gives for the whole response; refused before a finish reason."""
+        if self.finish_reason is None:
+            raise ValueError("the stream ended before its completion finished")
+        if not self.prompt_token_ids:
+            raise ValueError("vLLM streamed no token ids (does it support return_token_ids?)")
+        text = "".join(self.texts) if self.texts or self.kind != CHAT else None
+        if self.tool_calls:
+            text = (text or "") + json.dumps([self.tool_calls[i] for i in sorted(self.tool_calls)])
+        return {
+            "prompt_token_ids": self.prompt_token_ids,
+            "completion_token_ids": self.completion_token_ids,
+            "behaviour_logprobs": self.behaviour_logprobs,
+            "text": text,
+        }
 
 
 def _text(content: Any) -> str:

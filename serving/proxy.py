@@ -46,19 +46,38 @@ or feedback naming another tenant is 403, and so is any request on a session
 another tenant started (only its own tenant may add turns, end it, or attach an
 outcome or feedback). A refused request records and produces nothing.
 
-Streaming is refused with a 400 naming the reason: a session records each
-completion whole (token ids and logprobs), so ``stream`` must be false; so are
-``n``/``best_of`` > 1, batched prompts and ``echo``.
+Streaming: a request with ``stream: true`` is relayed as server-sent events,
+chunk by chunk as vLLM sends them, each chunk cut to what the client asked for
+as a whole response is (``capture.client_view``), ending with ``[DONE]``; the
+headers are those of a whole response. The proxy assembles the turn from the
+chunks' token ids and logprobs (``capture.StreamedTokens``) and journals it
+when vLLM's stream has ended, before relaying ``[DONE]``: the recorded session
+is the one the same tokens sent whole would give. The session's lock is held
+for the whole stream. An error before the first chunk (an answer >= 400, a
+replica that does not answer) is answered as for a whole response, retried on
+another replica alike. A stream that does not end whole is not recorded at all
+(neither its assistant turn nor the request's new user and tool turns: the
+contract has no mark for an incomplete turn, and a client that asks again
+sends the same messages): when the client goes away the proxy stops reading
+from vLLM (closing the upstream connection aborts the request there); when vLLM
+fails mid-stream the client gets an ``error`` event and no ``[DONE]``. Both
+count in ``ratchet_proxy_streams_interrupted_total`` (``cause``: ``client`` or
+``upstream``).
+
+Refused with a 400 naming the reason, as a session records one whole
+completion per request: ``n``/``best_of`` > 1, batched prompts and ``echo``.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -66,7 +85,7 @@ from datetime import UTC, datetime
 import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -76,6 +95,7 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from starlette.types import Receive, Scope, Send
 
 from ingest import topics
 from ingest.auth import Unauthorized, check_tokens, tenant_of
@@ -217,9 +237,104 @@ class Metrics:
             "ratchet_proxy_upstream_seconds", "vLLM request latency", registry=self.registry,
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
         )  # fmt: skip
+        self.streams_interrupted = Counter(
+            "ratchet_proxy_streams_interrupted",
+            "Streamed completions ended before vLLM's stream did (their turns are not recorded)",
+            ["cause"],
+            registry=self.registry,
+        )
         self.open_sessions = Gauge(
             "ratchet_proxy_open_sessions", "Open sessions in memory", registry=self.registry
         )
+
+
+@dataclass
+class Answer:
+    """vLLM's answer to a request: its JSON (or error), or the first chunk of a stream and the rest."""
+
+    status: int
+    data: dict
+    latency_s: float
+    replica: str
+    response: httpx.Response | None = None  # a stream's, open
+    lines: Iterator[str] | None = None  # a stream's lines after its first chunk
+    started: float = 0.0  # a stream's time.perf_counter() when it was sent
+
+
+class TurnStream:
+    """A streamed completion on its way to the client, as server-sent events.
+
+    Iterating relays vLLM's chunks (as the client may see them) while the turn is assembled, and
+    records it with ``record`` when vLLM's stream has ended whole, before relaying ``[DONE]``.
+    It holds the session's lock and the request's place in flight (``held``) until
+    :meth:`close`, which stops reading from vLLM: a stream closed before its end (the client went
+    away) or ended by a failure records nothing and is counted as interrupted."""
+
+    def __init__(
+        self,
+        kind: str,
+        body: dict,
+        answer: Answer,
+        record: Callable[[dict, dict | None, float], None],
+        metrics: Metrics,
+        held: contextlib.ExitStack,
+    ):
+        self.kind, self.body, self.answer = kind, body, answer
+        self._record, self._metrics, self._held = record, metrics, held
+        self.tokens = capture.StreamedTokens(kind)
+        self.recorded = False
+        self._events = self._relay()
+        self._closed = False
+
+    def __iter__(self) -> TurnStream:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._events)
+        except StopIteration:
+            self.close()
+            raise
+
+    def _relay(self) -> Iterator[bytes]:
+        chunk = self.answer.data
+        try:
+            for data in itertools.chain([None], _events(self.answer.lines)):
+                if data == "[DONE]":
+                    break
+                if data is not None:
+                    chunk = json.loads(data)
+                if "error" in chunk:
+                    raise ValueError(f"vLLM failed the stream: {json.dumps(chunk['error'])[:2000]}")
+                self.tokens.add(chunk)
+                yield _sse(json.dumps(capture.client_view(chunk, self.body, self.kind)))
+            else:
+                raise ValueError("vLLM's stream ended without [DONE]")
+            served = self.tokens.served()
+        except (httpx.HTTPError, ValueError) as exc:  # the stream has begun: it ends here, unrecorded
+            self._end("upstream")
+            print(f"proxy: stream from {self.answer.replica} failed: {exc!r}", flush=True)
+            error = {"message": f"the stream failed and was not recorded: {exc}", "type": "ratchet_proxy"}
+            yield _sse(json.dumps({"error": {**error, "code": 502}}))
+            return
+        latency_s = time.perf_counter() - self.answer.started
+        self._metrics.latency.observe(latency_s)
+        self._record(served, self.tokens.usage, latency_s)
+        self.recorded = True
+        yield _sse("[DONE]")
+
+    def close(self) -> None:
+        """Stop reading from vLLM and let the session go; before the end, the turn is not recorded."""
+        self._end(None if self.recorded else "client")
+
+    def _end(self, interrupted: str | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if interrupted is not None:
+            self._metrics.streams_interrupted.labels(interrupted).inc()
+        self.answer.response.close()
+        self._held.close()
 
 
 class CaptureProxy:
@@ -423,8 +538,12 @@ class CaptureProxy:
 
     # --- completions ------------------------------------------------------------
 
-    def complete(self, kind: str, body: object, headers: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
-        """Forward one completion request and record its turns; returns (status, body, headers)."""
+    def complete(
+        self, kind: str, body: object, headers: dict[str, str]
+    ) -> tuple[int, dict | TurnStream, dict[str, str]]:
+        """Forward one completion request and record its turns; returns (status, body, headers).
+
+        A streamed request's body is a :class:`TurnStream` holding the session's lock until it ends."""
         tenant = self.authenticate(headers)
         try:
             capture.check_request(body, kind)
@@ -433,7 +552,8 @@ class CaptureProxy:
         sid = _header_id(headers, SESSION_HEADER, required=True)
         task_id = _header_id(headers, TASK_HEADER)
         task_family = _header_id(headers, TASK_FAMILY_HEADER)
-        with self._session_lock(sid):
+        with contextlib.ExitStack() as held:
+            held.enter_context(self._session_lock(sid))
             if sid in self._ended:
                 raise ProxyError(409, f"session {sid!r} has ended; start a new session id")
             session = self._load(sid)
@@ -446,64 +566,76 @@ class CaptureProxy:
             route, candidates, generation = self._admit(
                 body["model"], session.route if session is not None else None
             )
-            try:
-                status, data, latency_s, replica = self._forward(kind, body, route, candidates)
-            finally:
-                self._release(route)
-            if status >= 400:
-                return status, data, {}
-            try:
-                served = capture.served_tokens(data, kind)
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise ProxyError(502, f"vLLM's response cannot be recorded: {exc!r}") from None
+            held.callback(self._release, route)
+            stream = bool(body.get("stream"))
+            answer = self._forward(kind, body, route, candidates, stream)
+            if answer.status >= 400:
+                return answer.status, answer.data, {}
+            out_headers = {
+                "X-Ratchet-Session": sid,
+                "X-Ratchet-Adapter-Version": route.adapter_version or BASE,
+                "X-Ratchet-Served-Model": answer.data["model"],
+                "X-Ratchet-Replica": answer.replica,
+                "X-Ratchet-Routes-Generation": str(generation),
+            }
 
-            now = time.time()
-            new = session is None
-            if new:
-                session = OpenSession(
+            def record(served: dict, usage: dict | None, latency_s: float) -> None:
+                new = session is None
+                now = time.time()
+                opened = session or OpenSession(
                     sid, tenant, task_id, body["model"], route, now, now, task_family=task_family
                 )
-            turns = capture.request_turns(
-                kind, body, served, len(session.turns), route.adapter_version, latency_s
-            )
-            tokens = (data.get("usage") or {}).get("total_tokens") or len(served["prompt_token_ids"]) + len(
-                served["completion_token_ids"]
-            )
-            entry = {"turns": turns, "tokens": tokens, "seconds": latency_s, "at": now}
-            if new:
-                self.journal.start(session.header())
-            self.journal.append(sid, entry)
-            session.apply(entry)
-            with self._lock:
-                self._open[sid] = session
-                self._pinned[sid] = route.adapter_version
-        for turn in turns:
-            self.metrics.turns.labels(turn["role"]).inc()
-        out_headers = {
-            "X-Ratchet-Session": sid,
-            "X-Ratchet-Adapter-Version": route.adapter_version or BASE,
-            "X-Ratchet-Served-Model": data["model"],
-            "X-Ratchet-Replica": replica,
-            "X-Ratchet-Routes-Generation": str(generation),
-        }
-        return 200, capture.client_view(data, body, kind), out_headers
+                turns = capture.request_turns(
+                    kind, body, served, len(opened.turns), route.adapter_version, latency_s
+                )
+                tokens = (usage or {}).get("total_tokens") or len(served["prompt_token_ids"]) + len(
+                    served["completion_token_ids"]
+                )
+                entry = {"turns": turns, "tokens": tokens, "seconds": latency_s, "at": now}
+                if new:
+                    self.journal.start(opened.header())
+                self.journal.append(sid, entry)
+                opened.apply(entry)
+                with self._lock:
+                    self._open[sid] = opened
+                    self._pinned[sid] = route.adapter_version
+                for turn in turns:
+                    self.metrics.turns.labels(turn["role"]).inc()
 
-    def _forward(
-        self, kind: str, body: dict, route: Route, replicas: list[Replica]
-    ) -> tuple[int, dict, float, str]:
-        """vLLM's status, JSON answer, latency and replica for the request on ``route``.
+            if stream:
+                held.callback(self._release_replica, answer.replica)
+                relay = TurnStream(kind, body, answer, record, self.metrics, held.pop_all())
+                return 200, relay, out_headers
+            try:
+                served = capture.served_tokens(answer.data, kind)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise ProxyError(502, f"vLLM's response cannot be recorded: {exc!r}") from None
+            record(served, answer.data.get("usage"), answer.latency_s)
+        return 200, capture.client_view(answer.data, body, kind), out_headers
+
+    def _forward(self, kind: str, body: dict, route: Route, replicas: list[Replica], stream: bool) -> Answer:
+        """vLLM's answer to the request on ``route``: its whole JSON, or the first chunk of its stream.
 
         Tries the replicas in order while one fails without answering (see ``RETRYABLE``), answers
-        5xx, or does not know the adapter; the last failure is what the client gets."""
+        5xx, or does not know the adapter; the last failure is what the client gets. A stream's
+        replica stays counted in flight: the caller releases it (:meth:`_release_replica`)."""
         path = "/v1/chat/completions" if kind == capture.CHAT else "/v1/completions"
         upstream = capture.upstream_body(body, kind, route.model)
-        failure: ProxyError | tuple[int, dict, float, str] | None = None
+        failure: ProxyError | Answer | None = None
         for replica in replicas:
             with self._route_lock:
                 self._replica_inflight[replica.url] += 1
             started = time.perf_counter()
+            client = self._client(replica.url)
+            resp, streaming = None, False
             try:
-                resp = self._client(replica.url).post(path, json=upstream)
+                resp = client.send(client.build_request("POST", path, json=upstream), stream=True)
+                if stream and resp.status_code < 400:
+                    lines = resp.iter_lines()
+                    first = _first_event(lines, replica.url)
+                    streaming = True
+                else:
+                    resp.read()
             except RETRYABLE as exc:
                 self._eject(replica.url, None, repr(exc))
                 failure = ProxyError(502, f"vLLM at {replica.url} did not answer: {exc!r}")
@@ -511,15 +643,25 @@ class CaptureProxy:
             except httpx.HTTPError as exc:
                 raise ProxyError(502, f"vLLM at {replica.url} did not answer: {exc!r}") from None
             finally:
-                with self._route_lock:
-                    self._replica_inflight[replica.url] -= 1
+                if not streaming:
+                    if resp is not None:
+                        resp.close()
+                    self._release_replica(replica.url)
             latency_s = time.perf_counter() - started
+            if streaming:
+                if first.get("model") != route.model:
+                    resp.close()
+                    self._release_replica(replica.url)
+                    raise ProxyError(
+                        502, f"vLLM at {replica.url} streamed as {first.get('model')!r}, not {route.model!r}"
+                    )
+                return Answer(200, first, latency_s, replica.url, resp, lines, started)
             self.metrics.latency.observe(latency_s)
             if resp.status_code >= 400:
                 error = _json_or_error(resp)
                 if resp.status_code >= 500:
                     self._eject(replica.url, None, f"answered {resp.status_code}")
-                    failure = (resp.status_code, error, latency_s, replica.url)
+                    failure = Answer(resp.status_code, error, latency_s, replica.url)
                 elif resp.status_code == 404 and self._eject_key(route) and "does not exist" in resp.text:
                     self._eject(replica.url, self._eject_key(route), f"does not know {route.model}")
                     what = (
@@ -529,17 +671,21 @@ class CaptureProxy:
                     )
                     failure = ProxyError(503, f"no replica has {what} loaded now; retry shortly")
                 else:
-                    return resp.status_code, error, latency_s, replica.url
+                    return Answer(resp.status_code, error, latency_s, replica.url)
                 continue
             data = resp.json()
             if data.get("model") != route.model:
                 raise ProxyError(
                     502, f"vLLM at {replica.url} answered as {data.get('model')!r}, not {route.model!r}"
                 )
-            return resp.status_code, data, latency_s, replica.url
+            return Answer(resp.status_code, data, latency_s, replica.url)
         if isinstance(failure, ProxyError):
             raise failure
         return failure
+
+    def _release_replica(self, url: str) -> None:
+        with self._route_lock:
+            self._replica_inflight[url] -= 1
 
     # --- ending ------------------------------------------------------------------
 
@@ -662,11 +808,57 @@ def _agree(sid: str, name: str, started: str | None, ended: str | None) -> str |
     return started if started is not None else ended
 
 
+def _first_event(lines: Iterator[str], url: str) -> dict:
+    """The first chunk of vLLM's event stream; a stream that fails before one is a ProxyError."""
+    for data in _events(lines):
+        try:
+            chunk = json.loads(data) if data != "[DONE]" else {}
+        except ValueError:
+            raise ProxyError(
+                502, f"vLLM at {url} streamed an event that is not JSON: {data[:200]!r}"
+            ) from None
+        error = chunk.get("error")
+        if error is not None:
+            code = error.get("code") if isinstance(error, dict) else None
+            status = code if isinstance(code, int) and 400 <= code < 600 else 502
+            raise ProxyError(status, f"vLLM at {url} failed the stream: {json.dumps(error)[:2000]}")
+        if not chunk.get("choices") and not chunk.get("usage"):
+            raise ProxyError(502, f"vLLM at {url} ended its stream without a chunk")
+        return chunk
+    raise ProxyError(502, f"vLLM at {url} ended its stream without a chunk")
+
+
+def _events(lines: Iterator[str]) -> Iterator[str]:
+    """The data of each server-sent event (vLLM's events are one ``data:`` line each)."""
+    for line in lines:
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def _sse(data: str) -> bytes:
+    return f"data: {data}\n\n".encode()
+
+
 def _json_or_error(resp: httpx.Response) -> dict:
     try:
         return resp.json()
     except ValueError:
         return {"error": {"message": resp.text[:2000], "type": "upstream", "code": resp.status_code}}
+
+
+class Relay(StreamingResponse):
+    """A :class:`TurnStream` as a response; closed however the response ends (a client that goes
+    away cancels the relay at its next chunk)."""
+
+    def __init__(self, stream: TurnStream, headers: dict[str, str]):
+        super().__init__(stream, headers=headers, media_type="text/event-stream")
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.stream.close()
 
 
 def create_app(
@@ -719,6 +911,8 @@ def create_app(
             proxy.metrics.requests.labels(endpoint, str(exc.status)).inc()
             raise
         proxy.metrics.requests.labels(endpoint, str(status)).inc()
+        if isinstance(out, TurnStream):
+            return Relay(out, out_headers)
         return JSONResponse(out, status_code=status, headers=out_headers)
 
     @app.post("/v1/chat/completions")

@@ -7,6 +7,7 @@ from serving.capture import (
     CHAT,
     COMPLETION,
     BadRequest,
+    StreamedTokens,
     check_request,
     client_view,
     message_turns,
@@ -108,7 +109,6 @@ def test_client_gets_only_what_it_asked_for_under_its_model_name():
 @pytest.mark.parametrize(
     ("body", "kind", "reason"),
     [
-        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}, CHAT, "streaming"),
         ({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}, CHAT, "n and best_of"),
         ({"model": "m", "messages": []}, CHAT, "messages"),
         ({"messages": [{"role": "user", "content": "x"}]}, CHAT, "'model' is required"),
@@ -152,3 +152,92 @@ def test_sampling_a_trainer_cannot_reproduce_is_recorded():
         recorded = SamplingParams(**sampling_of({"temperature": 0.7, **extra}))
         assert recorded.unreproducible() == reason, extra
     assert SamplingParams(**sampling_of({"temperature": 0.7, "top_k": -1})).unreproducible() is None
+
+
+def chat_chunk(ids: list[int], logprobs: list[float], content: str, **extra) -> dict:
+    return {
+        "model": "policy-v3",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"content": content},
+                "logprobs": {"content": [{"token": "?", "logprob": lp} for lp in logprobs]},
+                "finish_reason": None,
+                "token_ids": ids,
+                **extra,
+            }
+        ],
+    }
+
+
+def test_a_streamed_completion_assembles_to_what_the_whole_response_gives():
+    chunks = [  # as vLLM streams them: the prompt ids first, then one or more tokens per chunk
+        {
+            "model": "policy-v3",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}],
+            "prompt_token_ids": [1, 2, 3],
+        },
+        chat_chunk([10], [-0.5], "Hi"),
+        chat_chunk([11], [-0.25], "!", finish_reason="stop"),
+        {"model": "policy-v3", "choices": [], "usage": {"total_tokens": 5}},
+    ]
+    streamed = StreamedTokens(CHAT)
+    for chunk in chunks:
+        streamed.add(chunk)
+    assert streamed.served() == served_tokens(CHAT_RESPONSE, CHAT)
+    assert streamed.usage == {"total_tokens": 5}
+    # What the client sees of a chunk is cut as a whole response is.
+    view = client_view(chunks[0], {"model": "policy"}, CHAT)
+    assert view["model"] == "policy" and "prompt_token_ids" not in view
+    assert "token_ids" not in client_view(chunks[1], {"model": "policy"}, CHAT)["choices"][0]
+
+    unfinished = StreamedTokens(CHAT)
+    for chunk in chunks[:2]:
+        unfinished.add(chunk)
+    with pytest.raises(ValueError, match="before its completion finished"):
+        unfinished.served()
+
+
+def test_a_streamed_plain_completion_and_tool_calls_assemble_too():
+    streamed = StreamedTokens(COMPLETION)
+    for text, ids, lps, extra in (
+        ("a", [5], [-1.0], {"prompt_token_ids": [7]}),
+        ("b", [6], [-2.0], {"prompt_token_ids": None, "finish_reason": "length"}),
+    ):
+        streamed.add(
+            {"choices": [{"text": text, "token_ids": ids, "logprobs": {"token_logprobs": lps}, **extra}]}
+        )
+    assert streamed.served() == {
+        "prompt_token_ids": [7],
+        "completion_token_ids": [5, 6],
+        "behaviour_logprobs": [-1.0, -2.0],
+        "text": "ab",
+    }
+    calls = StreamedTokens(CHAT)
+    calls.add({"prompt_token_ids": [1], "choices": [{"delta": {"role": "assistant"}}]})
+    for delta, ids in (
+        (
+            {
+                "index": 0,
+                "id": "call-1",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": ""},
+            },
+            [8],
+        ),
+        ({"index": 0, "function": {"arguments": '{"x": "2+2"}'}}, [9]),
+    ):
+        calls.add({"choices": [{"delta": {"tool_calls": [delta]}, "token_ids": ids,
+                                "logprobs": {"content": [{"logprob": -0.1}]}}]})  # fmt: skip
+    calls.add({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})
+    whole = {
+        "prompt_token_ids": [1],
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                "logprobs": {"content": [{"logprob": -0.1}, {"logprob": -0.1}]},
+                "token_ids": [8, 9],
+            }
+        ],
+    }
+    assert calls.served() == served_tokens(whole, CHAT)

@@ -231,11 +231,8 @@ def test_an_invalid_end_is_dead_lettered_and_the_session_stays_open(proxy_settin
 def test_bad_requests_get_clear_errors_and_record_nothing(proxy_settings):
     messages = [{"role": "user", "content": "Hi"}]
     with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
-        streamed = chat(client, new_id(), messages, stream=True)
-        assert (
-            streamed.status_code == 400
-            and "streaming is not supported" in streamed.json()["error"]["message"]
-        )
+        two = chat(client, new_id(), messages, n=2)
+        assert two.status_code == 400 and "n and best_of must be 1" in two.json()["error"]["message"]
         anonymous = client.post("/v1/chat/completions", json={"model": "policy", "messages": messages})
         assert anonymous.status_code == 400 and "X-Ratchet-Session header is required" in anonymous.text
         bad_id = chat(client, "no spaces allowed", messages)
