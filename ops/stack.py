@@ -42,6 +42,7 @@ QUIET_ENV = {
 }
 
 REPO = Path(__file__).resolve().parent.parent
+TOOLS_TEMPLATE = REPO / "ops" / "templates" / "smollm2_tools.jinja"  # SmolLM2's chat template + tools
 
 
 def _default_state_dir() -> Path:
@@ -72,6 +73,12 @@ class StackSettings:
     vllm_max_model_len: int = 2048  # --max-model-len
     vllm_cpu_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND of vLLM
     vllm_start_timeout_s: float = 300.0  # how long `up` waits for vLLM to answer
+    # OpenAI tool calling on vLLM (tools with tool_choice auto/required): the parser that reads tool
+    # calls out of the model's text ("" turns tool calling off), and the chat template that shows the
+    # model its tools; default: for the prepared SmolLM2, its own template plus tools in Hermes style
+    # (ops/templates/smollm2_tools.jinja), for another model its own.
+    vllm_tool_call_parser: str = "hermes"
+    vllm_chat_template: Path | None = None
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -360,6 +367,11 @@ class Stack:
             "--uvicorn-log-level",
             "warning",
         ]
+        template = s.vllm_chat_template or (TOOLS_TEMPLATE if s.model_dir is None else None)
+        if template is not None:
+            argv += ["--chat-template", str(template)]
+        if s.vllm_tool_call_parser:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", s.vllm_tool_call_parser]
         env = {
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
             "VLLM_CPU_KVCACHE_SPACE": str(s.vllm_kv_cache_gib),
