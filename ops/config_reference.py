@@ -37,6 +37,7 @@ from ops.pipeline import PipelineSettings
 from ops.simulator import SimulatorSettings
 from ops.stack import StackSettings
 from rewards.scoring import RewardSettings
+from rewards.traces import TraceSettings
 from rewards.worker_settings import StreamSettings
 from serving.settings import ControllerSettings, ProxySettings
 
@@ -68,6 +69,7 @@ SETTINGS = (
         GateSettings, "gate", "`ratchet gate run`, `ratchet gate serve` and the other `ratchet gate` commands"
     ),
     SettingsClass(ControllerSettings, "serving", "`ratchet serving run`, `ratchet serving status`"),
+    SettingsClass(TraceSettings, "traces", "`ratchet traces run`, `ratchet traces forward`"),
     SettingsClass(
         StackSettings, "stack", "`ratchet stack`, `ratchet model prepare`, `ratchet up`", local=True
     ),

@@ -31,6 +31,7 @@ class PipelineSettings:
     gate_port: int = 18400  # the gate's review API (passed on as RATCHET_REVIEW_PORT)
     learner_health_port: int = 18310  # the learner's /health and /metrics
     gate_health_port: int = 18410  # `ratchet gate run`'s /health and /metrics
+    traces_health_port: int = 18510  # `ratchet traces run`'s /health and /metrics
     tenant: str = "demo"  # the tenant the simulator and the demo use
     tenant_token: str = "demo-token"  # that tenant's bearer token (ingest API and capture proxy)
     review_token: str = "review-token"  # bearer token of the gate's review API
@@ -41,7 +42,7 @@ def load_settings(**overrides) -> PipelineSettings:
     return load(PipelineSettings, "pipeline", **overrides)
 
 
-STAGES = ("ingest", "proxy", "rewards", "learner", "gate", "review", "serving")
+STAGES = ("ingest", "proxy", "rewards", "learner", "gate", "review", "serving", "traces")
 
 
 def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
@@ -72,6 +73,7 @@ def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
         "RATCHET_REVIEW_PORT": str(ps.gate_port),
         "RATCHET_LEARNER_HEALTH_PORT": str(ps.learner_health_port),
         "RATCHET_GATE_HEALTH_PORT": str(ps.gate_health_port),
+        "RATCHET_TRACES_HEALTH_PORT": str(ps.traces_health_port),
         "RATCHET_REVIEW_TOKEN": ps.review_token,
         # the gate signs champions with it and the serving controller serves only what it signed
         "RATCHET_DECISION_KEY_FILE": str(create_decision_key(decision_key_path(state))),
@@ -152,6 +154,14 @@ def stages(ps: PipelineSettings):
                 health=lambda: http_ok(f"{url(ps.controller_metrics_port)}/metrics"),
                 env=env,
                 start_timeout_s=120,
+            ),
+            Component(
+                "traces",
+                [*cli, "traces", "run"],
+                url(ps.traces_health_port),
+                ps.traces_health_port,
+                health=lambda: http_ok(f"{url(ps.traces_health_port)}/health"),
+                env=env,
             ),
         ]
 
