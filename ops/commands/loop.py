@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 
 def _pipeline():
@@ -39,35 +40,120 @@ def down(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     from ops.commands.stack import print_status
+    from ops.loop_status import loop_status
     from ops.pipeline import last_decisions, routed_version, serving_report
 
     stack, stack_settings, ps = _pipeline()
     rows = stack.status()
-    decisions = last_decisions(stack_settings.state_dir)
+    state = stack_settings.state_dir
+    unreadable = []
+    try:
+        decisions = last_decisions(state, n=10**6)
+    except (OSError, ValueError) as exc:
+        decisions, unreadable = [], [f"{state / 'gate' / 'decisions.jsonl'} unreadable: {exc}"]
+    try:
+        report = serving_report(state)
+    except (OSError, ValueError) as exc:
+        report, unreadable = {}, [*unreadable, f"{state / 'serving' / 'status.json'} unreadable: {exc}"]
     serving = routed_version(stack_settings, ps)
-    refused = serving_report(stack_settings.state_dir).get("champion_refused")
+    loop = loop_status(stack_settings, ps, decisions, serving, report)
+    loop["warnings"] = unreadable + loop["warnings"]
+    out = {
+        "components": rows,
+        "serving_version": serving,
+        "champion_refused": report.get("champion_refused"),
+        "decisions": decisions[-5:],
+        **loop,
+    }
     if args.json:
-        out = {
-            "components": rows,
-            "serving_version": serving,
-            "champion_refused": refused,
-            "decisions": decisions,
-        }
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, default=str))
     else:
         print_status(rows, False)
-        print(f"\nserving version: {serving or 'unknown (proxy down)'}")
-        if refused:
-            print(
-                f"!! champion alias -> {refused['version']} REFUSED: {refused['reason']} "
-                f"(still serving {refused['serving']})"
-            )
-        print("last gate decisions:" if decisions else "no gate decisions yet")
-        for d in decisions:
-            reasons = "; ".join(d.get("reasons") or []) or "-"
-            print(f"  {d.get('version')}: {d.get('decision')} ({reasons})")
+        print_loop(out)
         print(f"MLflow UI: {stack_settings.mlflow_url}")
     return 0 if all(r["healthy"] for r in rows) else 1
+
+
+def _unknown(section) -> str | None:
+    return f"unknown ({section['unknown']})" if isinstance(section, dict) and "unknown" in section else None
+
+
+def _ago(at: float | None) -> str:
+    return "-" if at is None else f"{time.time() - at:.0f}s ago"
+
+
+def print_loop(out: dict) -> None:
+    """The readable form of ``ratchet status``: one section per stage."""
+    serving, refused = out["serving_version"], out["champion_refused"]
+    print(f"\nserving version: {serving or 'unknown (proxy down)'}")
+    if refused:
+        print(
+            f"!! champion alias -> {refused['version']} REFUSED: {refused['reason']} "
+            f"(still serving {refused['serving']})"
+        )
+    print("\nconsumer lag:")
+    lag = out["lag"]
+    for stage in ("rewards", "learner"):
+        section = lag.get(stage, lag)
+        if _unknown(section):
+            print(f"  {stage}: {_unknown(section)}")
+            continue
+        parts = [
+            f"{r['topic']}[{r['partition']}] {r['lag'] if r['lag'] is not None else '?'}"
+            for r in section["partitions"]
+            if r["lag"] != 0
+        ]
+        total = section["total"] if section["total"] is not None else "unknown"
+        print(f"  {stage}: {total} records behind" + (f" ({', '.join(parts)})" if parts else ""))
+    print("records per minute (last 5 min):")
+    rates = out["rates"]
+    for topic, label in (("sessions.v1", "in"), ("rewarded.v1", "out")):
+        section = rates.get(topic, rates)
+        shown = _unknown(section) or f"{section['per_minute']}" + (
+            " (at least)" if section["truncated"] else ""
+        )
+        print(f"  {label:<4}{topic}: {shown}")
+    learner = out["learner"]
+    ckpt = learner["checkpoint"]
+    print("\nlearner:")
+    if _unknown(ckpt):
+        print(f"  checkpoint: {_unknown(ckpt)}")
+    else:
+        print(
+            f"  checkpoint {ckpt['checkpoint']}: {ckpt['updates']} updates, head {ckpt['head']}, "
+            f"last update {_ago(ckpt['last_update_at'])}"
+        )
+    published = learner["published"]
+    print(f"  published: {_unknown(published) or ', '.join(published['versions']) or 'none'}")
+    print(f"  /health: {_unknown(learner['health']) or learner['health'].get('status')}")
+    gate = out["gate"]
+    print("\ngate:")
+    evaluating = gate["evaluating"]
+    if _unknown(evaluating):
+        print(f"  evaluating: {_unknown(evaluating)}")
+    elif evaluating:
+        total = evaluating["tasks_total"] if evaluating["tasks_total"] is not None else "?"
+        print(f"  evaluating {evaluating['version']}: {evaluating['tasks_done']}/{total} candidate tasks")
+    else:
+        print("  evaluating: nothing")
+    last = gate["last_decision"]
+    shown = _unknown(last) or f"{last['version']} {last['action']} {last['decision']} at {last['at']}"
+    print(f"  last decision: {shown}")
+    print("last gate decisions:" if out["decisions"] else "no gate decisions yet")
+    for d in out["decisions"]:
+        reasons = "; ".join(
+            r.get("message", str(r)) if isinstance(r, dict) else str(r) for r in d.get("reasons") or []
+        )
+        print(f"  {d.get('version')}: {d.get('decision')} ({reasons or '-'})")
+    replicas = out["replicas"]
+    print("\nreplicas:")
+    if _unknown(replicas["replicas"]):
+        print(f"  {_unknown(replicas['replicas'])}")
+    else:
+        for r in replicas["replicas"]:
+            print(f"  {r['url']}: serves {r['serves'] or 'nothing'} (loaded {', '.join(r['loaded']) or '-'})")
+    for warning in out["warnings"]:
+        print(f"!! {warning}")
 
 
 def register(sub) -> None:
@@ -79,7 +165,8 @@ def register(sub) -> None:
     p = sub.add_parser("down", help="stop every process `ratchet up` started, and nothing else")
     p.set_defaults(func=down)
     p = sub.add_parser(
-        "status", help="health of every component, the serving version and the last gate decisions"
+        "status",
+        help="health of every component and of the loop: lag, rates, learner, gate, replicas, warnings",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=status)
