@@ -331,6 +331,8 @@ class TraceExporter:
         records = [m for m in messages if m.error() is None]
         for message in records:
             self.counts["read"] += 1
+            if any(key == topics.REWARDED_MARKER_HEADER for key, _ in message.headers() or ()):
+                continue  # a reward worker's position marker, not a rewarded session
             try:
                 rewarded = parse(RewardedSession, message.value())
             except ContractError as exc:

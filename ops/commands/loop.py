@@ -104,7 +104,12 @@ def print_loop(out: dict) -> None:
             if r["lag"] != 0
         ]
         total = section["total"] if section["total"] is not None else "unknown"
-        print(f"  {stage}: {total} records behind" + (f" ({', '.join(parts)})" if parts else ""))
+        what = (
+            "records past its committed offsets (it commits below its oldest open join, held for late signals)"
+            if stage == "rewards"
+            else "records behind"
+        )
+        print(f"  {stage}: {total} {what}" + (f" ({', '.join(parts)})" if parts else ""))
     print("records per minute (last 5 min):")
     rates = out["rates"]
     for topic, label in (("sessions.v1", "in"), ("rewarded.v1", "out")):

@@ -8,9 +8,11 @@ import uuid
 
 import mlflow
 import pytest
+from confluent_kafka import Producer
 from mlflow.entities import AssessmentSource
 
 from ingest import topics
+from ingest.brokers import client_config
 from ingest.contract import Feedback, Outcome, parse
 from ingest.producer import Outgoing, RecordProducer
 from ingest.topics import TopicSpec, ensure_topics
@@ -72,8 +74,12 @@ def test_a_rewarded_session_becomes_one_trace_with_its_turns_and_assessments(exp
     settings, made = exporter
     rewarded = rewarded_hack(f"trace-{uuid.uuid4().hex[:8]}")
     assert rewarded.flags  # the session is flagged: its evidence must reach MLflow
+    marker = Producer(client_config(broker))  # a reward worker's position marker comes first
+    marker.produce(settings.traces_topic, b"{}", key=b"m", headers=[(topics.REWARDED_MARKER_HEADER, b"w")])
+    assert marker.flush(10) == 0
     produce(broker, settings.traces_topic, rewarded)
-    drain(made[0], 1)
+    drain(made[0], 2)
+    assert made[0].counts["invalid"] == 0 and made[0].counts["logged"] == 1
 
     trace_id = find_trace(made[0].experiment_id, key_of(rewarded))
     assert trace_id is not None
