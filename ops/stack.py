@@ -78,7 +78,7 @@ class StackSettings:
     # model its tools; default: for the prepared SmolLM2, its own template plus tools in Hermes style
     # (ops/templates/smollm2_tools.jinja), for another model its own.
     vllm_tool_call_parser: str = "hermes"
-    vllm_chat_template: Path | None = None
+    vllm_chat_template: Path | None = None  # chat template vLLM renders prompts with (see above)
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -39,7 +39,7 @@ from datetime import datetime
 
 from ingest import topics
 from ingest.brokers import client_config
-from ingest.config import load
+from ingest.config import ConfigError, load
 from ingest.contract import (
     AssistantTurn,
     ContractError,
@@ -73,10 +73,6 @@ class TraceSettings:
     traces_feedback_scan: int = 500  # most recent traces scanned for new human assessments
     traces_health_host: str = "127.0.0.1"  # the address the exporter's /health binds to
     traces_health_port: int = 0  # /health and /metrics of the exporter; 0: none
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.traces_sample_rate <= 1.0:
-            raise ValueError(f"traces_sample_rate must be in [0, 1], got {self.traces_sample_rate}")
 
 
 def load_trace_settings(**overrides) -> TraceSettings:
@@ -293,6 +289,8 @@ class TraceExporter:
         import mlflow
         from confluent_kafka import Consumer
 
+        if not 0.0 <= settings.traces_sample_rate <= 1.0:
+            raise ConfigError(f"traces_sample_rate must be in [0, 1], got {settings.traces_sample_rate}")
         self.settings, self.progress = settings, progress
         mlflow.set_tracking_uri(settings.mlflow_url)
         experiment = mlflow.get_experiment_by_name(settings.traces_experiment)
