@@ -146,6 +146,10 @@ class Learner:
         self.last_checkpoint = ckpt
         if not self.state.head:
             self.state.head = latest.version if latest else BASE
+        if latest is not None and (
+            ckpt is None or latest.manifest.data_window.get("checkpoint") == ckpt.state.checkpoint
+        ):
+            self.trainer.weights_are = latest.version  # loaded from it, or from the checkpoint it was
         self._followed_at = -float("inf")
         self._follow_failing = False
         if ckpt is not None:
@@ -448,6 +452,7 @@ class Learner:
             optimizer = f"AdamW state of checkpoint {stored.manifest.data_window['checkpoint']}"
         else:
             optimizer = "a fresh AdamW state" + (" (its state is no longer kept)" if stored else "")
+        trainer.weights_are = stored.version if stored else None
         self.trainer = trainer
         self.state.head = target
         self.state.rebases += 1
@@ -496,6 +501,7 @@ class Learner:
         )
         self.progress(f"published {stored.version} (parent {parent or BASE})")
         self.state.head = stored.version
+        self.trainer.weights_are = stored.version  # the checkpoint published is the latest one
         self.close_window(stored.version)
 
     def keep_optimizer(self, ckpt: Checkpoint) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -71,70 +72,158 @@ def completion_logits(
 ) -> torch.Tensor:
     """Logits predicting each completion token, [B, C, V], with gradient through prompt and completion.
 
-    Rows that share a prompt (a task's group, a conversation's earlier turns) run it
-    once: its keys and values are computed for each distinct (prompt, adapter), with
-    gradient when ``grad``, and expanded to the rows; the backward pass sums the rows'
-    gradients into it, so the result equals a full forward of each row.
+    Rows that share the start of their prompt (a task's group, a conversation's earlier
+    turns, which are a prefix of its later ones) run it once: each row's prompt is split
+    into a shared head (see ``shared_prefixes``), whose keys and values are computed once
+    per distinct (head, adapter) with gradient when ``grad`` and expanded to its rows, and
+    the row's own rest, run over the shared head's cache. The backward pass sums the rows'
+    gradients into the shared parts, so the result equals a full forward of each row.
     """
+    from transformers import DynamicCache
+
     prompt_ids_B_P, prompt_mask_B_P = batch.prompt_ids_B_P, batch.prompt_mask_B_P
     completion_ids_B_C, completion_mask_B_C = batch.completion_ids_B_C, batch.completion_mask_B_C.long()
     B, P = prompt_ids_B_P.shape
     C = completion_ids_B_C.shape[1]
-    extra = {} if adapter_names is None else {"adapter_names": adapter_names}
-    head_mask_B_H = prompt_mask_B_P[:, :-1]
-    past = None
+    names = adapter_names
+
+    def named(rows: list[int]) -> dict:
+        return {} if names is None else {"adapter_names": [names[r] for r in rows]}
+
+    keys: list[torch.Tensor] = []  # per layer, [B, heads, H, dim], for the prompt minus its last token
+    values: list[torch.Tensor] = []
+    mask_B_H = torch.zeros(B, 0, dtype=torch.long)
     with torch.set_grad_enabled(grad):
         if P > 1:
-            unique_U, inverse_B = _distinct_rows(prompt_ids_B_P[:, :-1], head_mask_B_H, adapter_names)
-            head_ids_U_H, head_mask_U_H = prompt_ids_B_P[unique_U, :-1], head_mask_B_H[unique_U]
-            unique_extra = (
-                {} if adapter_names is None else {"adapter_names": [adapter_names[u] for u in unique_U]}
+            heads = [prompt_ids_B_P[b, :-1][prompt_mask_B_P[b, :-1].bool()].tolist() for b in range(B)]
+            shared, split_B = shared_prefixes(heads, names)
+            inverse_B = torch.tensor(
+                [shared.index((names[b] if names else None, tuple(heads[b][: split_B[b]]))) for b in range(B)]
             )
-            past = model(
-                input_ids=head_ids_U_H,
-                attention_mask=head_mask_U_H,
-                position_ids=(head_mask_U_H.cumsum(1) - 1).clamp(min=0),
-                use_cache=True,
-                logits_to_keep=1,
-                **unique_extra,
-            ).past_key_values
-            if len(unique_U) < B:
-                from transformers import DynamicCache
-
-                past = DynamicCache(
-                    ddp_cache_data=[(layer.keys[inverse_B], layer.values[inverse_B]) for layer in past.layers]
-                )
+            S = max((len(ids) for _, ids in shared), default=0)
+            if S > 0:
+                ids_U_S, mask_U_S = _left_padded([list(ids) for _, ids in shared], S)
+                firsts = [int((inverse_B == u).nonzero()[0]) for u in range(len(shared))]
+                past = model(
+                    input_ids=ids_U_S,
+                    attention_mask=mask_U_S,
+                    position_ids=(mask_U_S.cumsum(1) - 1).clamp(min=0),
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **named(firsts),
+                ).past_key_values
+                keys = [layer.keys[inverse_B] for layer in past.layers]
+                values = [layer.values[inverse_B] for layer in past.layers]
+                mask_B_H = mask_U_S[inverse_B]
+            rests = [heads[b][split_B[b] :] for b in range(B)]
+            R = max(len(r) for r in rests)
+            if R > 0:
+                own = [b for b in range(B) if rests[b]]
+                own_R = torch.tensor(own)
+                ids_O_R, mask_O_R = _left_padded([rests[b] for b in own], R)
+                before_O = mask_B_H[own_R]
+                cache = None
+                if keys:
+                    cache = DynamicCache(
+                        ddp_cache_data=[(k[own_R], v[own_R]) for k, v in zip(keys, values, strict=True)]
+                    )
+                past = model(
+                    input_ids=ids_O_R,
+                    attention_mask=torch.cat([before_O, mask_O_R], dim=1),
+                    position_ids=before_O.sum(1, keepdim=True) + (mask_O_R.cumsum(1) - 1).clamp(min=0),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **named(own),
+                ).past_key_values
+                width = mask_B_H.shape[1]
+                rest_keys, rest_values = [], []
+                for layer in past.layers:  # the rows without a rest of their own get masked zeros
+                    rest_k, rest_v = layer.keys[:, :, width:], layer.values[:, :, width:]
+                    shape = (B, *rest_k.shape[1:])
+                    rest_keys.append(rest_k.new_zeros(shape).index_copy(0, own_R, rest_k))
+                    rest_values.append(rest_v.new_zeros(shape).index_copy(0, own_R, rest_v))
+                if keys:
+                    keys = [torch.cat(pair, dim=2) for pair in zip(keys, rest_keys, strict=True)]
+                    values = [torch.cat(pair, dim=2) for pair in zip(values, rest_values, strict=True)]
+                else:
+                    keys, values = rest_keys, rest_values
+                mask_B_R = torch.zeros(B, R, dtype=torch.long)
+                mask_B_R[own_R] = mask_O_R
+                mask_B_H = torch.cat([mask_B_H, mask_B_R], dim=1)
         tail_ids_B_C = torch.cat([prompt_ids_B_P[:, -1:], completion_ids_B_C[:, :-1]], dim=1)
         tail_mask_B_C = torch.cat([torch.ones(B, 1, dtype=torch.long), completion_mask_B_C[:, :-1]], dim=1)
         position_B_C = prompt_mask_B_P.sum(1, keepdim=True) - 1 + torch.arange(C)[None, :]
+        past = DynamicCache(ddp_cache_data=list(zip(keys, values, strict=True))) if keys else None
         out = model(
             input_ids=tail_ids_B_C,
-            attention_mask=torch.cat([head_mask_B_H, tail_mask_B_C], dim=1),
+            attention_mask=torch.cat([mask_B_H, tail_mask_B_C], dim=1),
             position_ids=position_B_C,
             past_key_values=past,
             use_cache=past is not None,
-            **extra,
+            **named(list(range(B))),
         )
     return out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
 
 
-def _distinct_rows(
-    ids_B_H: torch.Tensor, mask_B_H: torch.Tensor, adapter_names: list[str] | None
-) -> tuple[list[int], torch.Tensor]:
-    """The first row of each distinct (prompt, adapter), and each row's index among those."""
-    first: dict[tuple, int] = {}
-    firsts: list[int] = []
-    inverse: list[int] = []
-    for b in range(ids_B_H.shape[0]):
-        key = (
-            adapter_names[b] if adapter_names is not None else None,
-            tuple(ids_B_H[b][mask_B_H[b].bool()].tolist()),
-        )
-        if key not in first:
-            first[key] = len(firsts)
-            firsts.append(b)
-        inverse.append(first[key])
-    return firsts, torch.tensor(inverse)
+def _left_padded(rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row) :] = torch.tensor(row)
+            mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def shared_prefixes(
+    heads: list[list[int]], names: list[str] | None
+) -> tuple[list[tuple[str | None, tuple[int, ...]]], list[int]]:
+    """Where each row's prompt splits into a head run once for several rows and its own rest.
+
+    Each row starts from the longest prefix it shares with another row of the same
+    adapter; a head is then folded into a shorter one that is its prefix when that costs
+    fewer token positions (its own length against the extra rest of its rows), so that a
+    conversation's later turns share their first turn's prompt instead of each pair of
+    them sharing a slightly longer one. Returns the distinct (adapter, head) pairs and
+    each row's split (its head's length)."""
+    B = len(heads)
+    adapter = [names[b] if names else None for b in range(B)]
+
+    def common(a: list[int], b: list[int]) -> int:
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    split = [
+        max((common(heads[b], heads[o]) for o in range(B) if o != b and adapter[o] == adapter[b]), default=0)
+        for b in range(B)
+    ]
+
+    def key(b: int) -> tuple[str | None, tuple[int, ...]]:
+        return adapter[b], tuple(heads[b][: split[b]])
+
+    folded = True
+    while folded:
+        folded = False
+        members: dict[tuple[str | None, tuple[int, ...]], list[int]] = {}
+        for b in range(B):
+            members.setdefault(key(b), []).append(b)
+        for (name, head), rows in sorted(members.items(), key=lambda kv: -len(kv[0][1])):
+            shorter = [h for n, h in members if n == name and 0 < len(h) < len(head) and head[: len(h)] == h]
+            if not shorter:
+                continue
+            target = len(max(shorter, key=len))
+            if (len(head) - target) * len(rows) < len(head):
+                for b in rows:
+                    split[b] = target
+                folded = True
+                break
+    shared = sorted({key(b) for b in range(B)}, key=lambda s: (str(s[0]), s[1]))
+    return shared, split
 
 
 class AdapterCache:
@@ -159,9 +248,17 @@ class AdapterCache:
         self.model.set_adapter(POLICY_ADAPTER)
 
 
+class Reference(NamedTuple):
+    matched_B_C: torch.Tensor  # π_train(v_old) at the behaviour logprobs' temperature (not for reused rows)
+    base_N_V: torch.Tensor | None  # the base model's logits at the action tokens
+    reused_B: torch.Tensor  # rows whose π_train(v_old) is the proximal policy
+
+
 class Trainer:
     def __init__(self, model, store: AdapterStore, settings: LearnerSettings):
         self.model = model
+        self.weights_are: str | None = None  # the store version the trainable adapter equals, if any
+        self.reference_rows = 0  # rows the last reference forward ran
         self.settings = settings
         self.cache = AdapterCache(model, store, settings.adapter_cache_size)
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -169,29 +266,56 @@ class Trainer:
             self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
 
-    def reference(self, batch: Padded, with_base: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def reference(self, batch: Padded, with_base: bool) -> Reference:
         """π_train(v_old) matched to the behaviour logprobs' mode, [B, C], and the base model's
-        logits at the action tokens, [N, V] (when ``with_base``); one forward, no gradient."""
-        self.cache.ensure({v for v in batch.versions if v is not None})
+        logits at the action tokens, [N, V] (when ``with_base``); one forward, no gradient.
+
+        Rows sampled by the version the trainable adapter still equals (published, or
+        rebased on, and not stepped since) are left out: their π_train(v_old) is π_θ at
+        the update's start, the proximal policy, filled in by ``loss``."""
         B = len(batch.versions)
+        reused_B = torch.tensor(
+            [
+                v is not None
+                and v == self.weights_are
+                and (bool(batch.processed_B[b]) or float(batch.temperature_B[b]) == 1.0)
+                for b, v in enumerate(batch.versions)
+            ],
+            dtype=torch.bool,
+        )
+        self.cache.ensure({v for b, v in enumerate(batch.versions) if v is not None and not reused_B[b]})
         names = [v or BASE_ADAPTER for v in batch.versions]
-        rows = list(range(B))
+        rows = [b for b in range(B) if not reused_B[b]]
         base_rows: list[int] = []
         if with_base:
             base_rows = [b for b in range(B) if names[b] != BASE_ADAPTER]
-            rows += base_rows
-            names += [BASE_ADAPTER] * len(base_rows)
+        forward = rows + base_rows
+        self.reference_rows = len(forward)
+        if not forward:
+            return Reference(torch.zeros(batch.completion_ids_B_C.shape), None, reused_B)
+        base_N_V = None
         with torch.no_grad():
-            logits_R_C_V = completion_logits(self.model, batch.select(rows), adapter_names=names)
-            temperature_B = torch.where(batch.processed_B, batch.temperature_B, torch.ones(B))
-            matched_B_C = token_logprobs(logits_R_C_V[:B], batch.completion_ids_B_C, temperature_B)
-            base_N_V = None
+            logits_R_C_V = completion_logits(
+                self.model,
+                batch.select(forward),
+                adapter_names=[names[b] for b in rows] + [BASE_ADAPTER] * len(base_rows),
+            )
+            matched_B_C = logits_R_C_V.new_zeros(batch.completion_ids_B_C.shape)
+            if rows:
+                own = batch.select(rows)
+                temperature_O = torch.where(own.processed_B, own.temperature_B, torch.ones(len(rows)))
+                matched_B_C[torch.tensor(rows)] = token_logprobs(
+                    logits_R_C_V[: len(rows)], own.completion_ids_B_C, temperature_O
+                )
             if with_base:
-                base_B_C_V = logits_R_C_V[:B].clone()
+                # rows served by the base model are their own base; the rest were run under it
+                base_B_C_V = logits_R_C_V.new_zeros((B, *logits_R_C_V.shape[1:]))
+                if rows:
+                    base_B_C_V[torch.tensor(rows)] = logits_R_C_V[: len(rows)]
                 if base_rows:
-                    base_B_C_V[torch.tensor(base_rows)] = logits_R_C_V[B:]
+                    base_B_C_V[torch.tensor(base_rows)] = logits_R_C_V[len(rows) :]
                 base_N_V = base_B_C_V[batch.loss_mask_B_C]
-        return matched_B_C, base_N_V
+        return Reference(matched_B_C, base_N_V, reused_B)
 
     def policy_logits(self, batch: Padded, grad: bool = True) -> torch.Tensor:
         return completion_logits(self.model, batch, grad=grad)
@@ -206,11 +330,16 @@ class Trainer:
         matched_B_C: torch.Tensor,
         base_N_V: torch.Tensor | None,
         proximal_B_C: torch.Tensor | None,
+        reused_B: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
         """The objective at the current parameters (with gradient) and π_θ's logprobs, [B, C].
-        ``proximal_B_C`` None: this forward is the proximal policy (the update's first epoch)."""
+        ``proximal_B_C`` None: this forward is the proximal policy (the update's first epoch).
+        ``reused_B``: rows whose π_train(v_old) is the proximal policy (see ``reference``)."""
         logits_B_C_V = self.policy_logits(batch)
         logprobs_B_C = token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
+        if reused_B is not None and bool(reused_B.any()):
+            proximal = logprobs_B_C.detach() if proximal_B_C is None else proximal_B_C
+            matched_B_C = torch.where(reused_B[:, None], proximal, matched_B_C)
         kl_B_C = torch.zeros_like(logprobs_B_C)
         if base_N_V is not None:
             mask_B_C = batch.loss_mask_B_C
@@ -235,22 +364,26 @@ class Trainer:
         proximal policy (the parameters before the first step); returns the last step's loss
         components, and timings."""
         start = time.perf_counter()
-        matched_B_C, base_N_V = self.reference(batch, with_base=params.kl_coef > 0)
+        matched_B_C, base_N_V, reused_B = self.reference(batch, with_base=params.kl_coef > 0)
         proximal_B_C = None
         for _ in range(max(1, self.settings.epochs_per_batch)):
-            loss, metrics, logprobs_B_C = self.loss(batch, params, matched_B_C, base_N_V, proximal_B_C)
+            loss, metrics, logprobs_B_C = self.loss(
+                batch, params, matched_B_C, base_N_V, proximal_B_C, reused_B
+            )
             if proximal_B_C is None:
                 proximal_B_C = logprobs_B_C
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            self.weights_are = None
         seconds = time.perf_counter() - start
         metrics.update(
             grad_norm=float(grad_norm),
             step_seconds=seconds,
             tokens_per_s=batch.tokens / seconds,
             action_tokens_per_s=batch.action_tokens / seconds,
+            reference_rows=float(self.reference_rows),
         )
         return metrics
 

@@ -135,9 +135,10 @@ def test_loop_trains_each_session_once_publishes_and_records(
             corrupt,
             rewarded("q1", 1.0, task_id="t2"),
             rewarded("q2", 0.0, task_id="t2"),
-            rewarded("r0", 1.0, task_id="t3"),
-            rewarded("r1", 0.0, task_id="t3"),
-            rewarded("r2", 1.0, task_id="t3"),
+            # served by v2, which the learner publishes from the update before theirs
+            rewarded("r0", 1.0, task_id="t3", version="v2"),
+            rewarded("r1", 0.0, task_id="t3", version="v2"),
+            rewarded("r2", 1.0, task_id="t3", version="v2"),
         ],
     )
     by_time = dataclasses.replace(settings, batch_sessions=3, publish_every_updates=100, publish_every_s=0.0)
@@ -157,6 +158,8 @@ def test_loop_trains_each_session_once_publishes_and_records(
     assert v2.parent == "v1" and v2.data_window["offsets_from"] == {"0": 8}
     assert v2.data_window["offsets_to"] == {"0": 15} and v2.data_window["window_updates"] == 1
     assert v3.parent == "v2" and v3.data_window["offsets_to"] == {"0": 18}
+    # the learner's weights were still v2's: only the base model's rows (the KL anchor) ran as reference
+    assert v3.metrics["mean_reference_rows"] == 3.0 and v2.metrics["mean_reference_rows"] == 2.0
 
 
 def start_learner(env: dict[str, str]) -> subprocess.Popen:

@@ -47,7 +47,7 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
     ]
     rows = [r for s in sessions for r in rows_of(s, 1.0, "v1")]
     batch = collate(rows)
-    matched_B_C, base_N_V = trainer.reference(batch, with_base=True)
+    matched_B_C, base_N_V, _ = trainer.reference(batch, with_base=True)
     policy_B_C = trainer.policy_logprobs(batch, grad=False)
 
     def expected(adapter: str | None, row, temperature: float) -> torch.Tensor:
@@ -188,7 +188,7 @@ def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(s
         temperature=0.7,
     )
     batch = collate(rows_of(rs, 1.0, "v1"))
-    matched_B_C, _ = Trainer(model, store, settings).reference(batch, with_base=False)
+    matched_B_C, _, _ = Trainer(model, store, settings).reference(batch, with_base=False)
     gap = (matched_B_C[0] - torch.tensor(completion.logprobs)).abs().max().item()
     assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
     untempered = completion_logprobs(model, prompt, completion.token_ids, 1.0)  # θ = base here, at T = 1
@@ -258,7 +258,7 @@ def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C) -> t
 def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread, tmp_path):
     """Gradients of the learner's loss (shared prompts run once, with gradient, through the KV cache;
     rows padded) equal those of a plain forward of every row, with LoRA on keys, values and the MLP,
-    for a two-turn conversation and a task's group sharing a prompt."""
+    for two-turn conversations, a task's group sharing a prompt and a row sharing nothing."""
     settings = LearnerSettings(
         model_dir=model_dir,
         lora_rank=4,
@@ -271,9 +271,14 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
     turn_1 = ([1, 9690, 198, 2683, 359], [504, 314, 28])
     turn_2 = (turn_1[0] + turn_1[1] + [2, 198, 1345], [260, 17, 2])  # the first turn is its prompt
     group = [1, 9690, 198, 28, 905]
+    # a second conversation on turn 1's prompt: its turn 2 shares turn 1's prompt and the start of
+    # the first conversation's answer; and a row that shares nothing (its prompt runs whole)
+    other_2 = (turn_1[0] + [504, 314, 17, 2, 198], [260, 2])
     specs = [
         (turn_1, 1.0, 0.7),
         (turn_2, 1.0, 0.7),
+        (other_2, -1.0, 0.7),
+        (([7, 3458, 28], [11, 2]), 0.5, 1.0),
         ((group, [11, 12, 13, 14]), -0.5, 1.0),
         ((group, [11, 15]), 1.5, 1.0),
         ((group, [16]), 0.5, 1.0),
@@ -290,7 +295,7 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
     params = dataclasses.replace(settings.objective_params(), kl_coef=0.5)
     batch = collate(rows)
 
-    _, base_N_V = trainer.reference(batch, with_base=True)
+    _, base_N_V, _ = trainer.reference(batch, with_base=True)
     # the same constants on both sides (π_prox = μ: weight 1, ratio e^{log π_θ − log μ})
     behaviour_B_C = batch.behaviour_logprobs_B_C
     loss, _, _ = trainer.loss(batch, params, behaviour_B_C, base_N_V, behaviour_B_C)
@@ -316,3 +321,57 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
     # the prompt matters: LoRA of k_proj gets gradient from prompt positions, so dropping it changes them
     k_names = [n for n in sorted(cached) if "k_proj.lora_A" in n]
     assert any(cached[n].abs().sum() > 0 for n in k_names)
+
+
+def test_rows_sampled_by_the_current_weights_reuse_the_proximal_forward(settings, tmp_path):
+    """A version the trainable adapter still equals needs no reference forward: the step is the one
+    a trainer that runs it computes (same loss, ratios and resulting weights), with fewer rows run,
+    and a step later the version is an old one again."""
+    settings = dataclasses.replace(settings, learning_rate=0.01)
+    store = AdapterStore(tmp_path / "store")
+    model = load_policy(settings)
+    perturb(model, 0.02, seed=3)
+    model.save_pretrained(tmp_path / "v", selected_adapters=[POLICY_ADAPTER])
+    version = store.publish(tmp_path / "v", "smollm2").version
+    prompt = [1, 9690, 198, 2683, 359]
+    sessions = []
+    for i in range(4):
+        completion = [504, 314 + i, 28, 2]
+        with torch.no_grad():
+            behaviour = (completion_logprobs(model, prompt, completion, 0.7) + 0.01 * i).tolist()
+        sessions.append(
+            rewarded(
+                f"s{i}",
+                float(i % 2),
+                prompt=prompt,
+                completion=completion,
+                behaviour=behaviour,
+                temperature=0.7,
+                version=version,
+            )  # fmt: skip
+        )
+    sessions.append(rewarded("raw", 1.0, prompt=prompt, completion=[504, 2], temperature=0.7,
+                             logprobs_mode="raw", version=version))  # fmt: skip
+    batch = collate([r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0, version)])
+    params = dataclasses.replace(settings.objective_params(), kl_coef=0.1)
+
+    def step(reuse: bool) -> tuple[Trainer, dict[str, float]]:
+        trainer = Trainer(load_policy(settings, store.verify(version).path), store, settings)
+        trainer.weights_are = version if reuse else None
+        # plain SGD: the weights move by lr x gradient (AdamW's first step is lr x its sign)
+        trainer.optimizer = torch.optim.SGD(trainer.params, lr=1.0)
+        return trainer, trainer.step(batch, params)
+
+    reusing, fast = step(reuse=True)
+    running, full = step(reuse=False)
+    assert fast["reference_rows"] == full["reference_rows"] - 4  # the raw-mode row is still run
+    for key in ("loss", "ratio_mean", "clip_fraction", "mismatch_masked_fraction", "kl"):
+        assert fast[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
+    after = {n: p for n, p in reusing.model.named_parameters() if p.requires_grad}
+    for name, p in running.model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(after[name], p, rtol=1e-4, atol=1e-6)
+    before = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert max(float((after[n] - before[n]).abs().max()) for n in after) > 1e-3  # the step moved them
+    assert reusing.weights_are is None
+    assert reusing.step(batch, params)["reference_rows"] == full["reference_rows"]
