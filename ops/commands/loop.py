@@ -38,8 +38,8 @@ def down(args: argparse.Namespace) -> int:
     return 0
 
 
-def status(args: argparse.Namespace) -> int:
-    from ops.commands.stack import print_status
+def read_status() -> dict:
+    """Everything ``ratchet status`` shows, as one JSON-ready dict."""
     from ops.loop_status import loop_status
     from ops.pipeline import last_decisions, routed_version, serving_report
 
@@ -58,20 +58,52 @@ def status(args: argparse.Namespace) -> int:
     serving = routed_version(stack_settings, ps)
     loop = loop_status(stack_settings, ps, decisions, serving, report)
     loop["warnings"] = unreadable + loop["warnings"]
-    out = {
+    return {
         "components": rows,
         "serving_version": serving,
         "champion_refused": report.get("champion_refused"),
         "decisions": decisions[-5:],
+        "mlflow_url": stack_settings.mlflow_url,
         **loop,
     }
+
+
+def serve_metrics(port: int, host: str) -> int:
+    """``/metrics`` on ``host:port``, the status read afresh on every scrape, until interrupted."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from ops.loop_metrics import StatusCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatusCollector(read_status))
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    print(f"ratchet status: Prometheus metrics on http://{host}:{port}/metrics (Ctrl-C stops)", flush=True)
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from ops.commands.stack import print_status
+
+    if args.serve is not None:
+        return serve_metrics(args.serve, args.host)
+    out = read_status()
     if args.json:
         print(json.dumps(out, indent=2, default=str))
+    elif args.prometheus:
+        from ops.loop_metrics import exposition
+
+        print(exposition(out), end="")
     else:
-        print_status(rows, False)
+        print_status(out["components"], False)
         print_loop(out)
-        print(f"MLflow UI: {stack_settings.mlflow_url}")
-    return 0 if all(r["healthy"] for r in rows) else 1
+        print(f"MLflow UI: {out['mlflow_url']}")
+    return 0 if all(r["healthy"] for r in out["components"]) else 1
 
 
 def _unknown(section) -> str | None:
@@ -173,5 +205,16 @@ def register(sub) -> None:
         "status",
         help="health of every component and of the loop: lag, rates, learner, gate, replicas, warnings",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="machine-readable output")
+    shown.add_argument(
+        "--prometheus", action="store_true", help="the same figures in the Prometheus text format, once"
+    )
+    shown.add_argument(
+        "--serve",
+        type=int,
+        metavar="PORT",
+        help="serve them as Prometheus metrics on PORT (/metrics), read afresh on every scrape",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address --serve binds (default 127.0.0.1)")
     p.set_defaults(func=status)
