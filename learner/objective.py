@@ -69,10 +69,16 @@ def exact_kl(logits_N_V: torch.Tensor, base_logits_N_V: torch.Tensor, temperatur
     return (logp_N_V.exp() * (logp_N_V - base_logp_N_V)).sum(-1)
 
 
-def objective(tokens: TokenTensors, params: ObjectiveParams) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss (a scalar with gradient through ``logprobs_B_T`` and ``kl_B_T``) and its components."""
+def objective(
+    tokens: TokenTensors, params: ObjectiveParams, n_tokens: float | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss (a scalar with gradient through ``logprobs_B_T`` and ``kl_B_T``) and its components.
+
+    ``n_tokens``: the normaliser, when these rows are a chunk of a larger batch (the
+    batch's action tokens: the chunks' losses then sum to the batch's)."""
     mask_B_T = tokens.mask_B_T.bool()
-    n_tokens = mask_B_T.sum().clamp(min=1)
+    if n_tokens is None:
+        n_tokens = mask_B_T.sum().clamp(min=1)
     logprobs_B_T = tokens.logprobs_B_T
     prox_B_T = tokens.proximal_logprobs_B_T.detach()
     behaviour_B_T = tokens.behaviour_logprobs_B_T.detach()

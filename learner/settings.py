@@ -71,6 +71,7 @@ class LearnerSettings:
     epochs_per_batch: int = (
         1  # optimisation steps per micro-batch (the staleness clip bounds how far they go)
     )
+    grad_chunk_tokens: int = 1024  # rows run and back-propagated in chunks of ~this many positions, summed into one step (~2 MB a position; 0: all at once)
     skip_uniform_batches: bool = True  # a micro-batch whose fresh rewards are all equal trains nothing
     # publishing
     publish_every_updates: int = 8  # N: publish a version after this many updates ...

@@ -95,7 +95,7 @@ def completion_logits(
     mask_B_H = torch.zeros(B, 0, dtype=torch.long)
     with torch.set_grad_enabled(grad):
         if P > 1:
-            heads = [prompt_ids_B_P[b, :-1][prompt_mask_B_P[b, :-1].bool()].tolist() for b in range(B)]
+            heads = [prompt_head(batch, b) for b in range(B)]
             shared, split_B = shared_prefixes(heads, names)
             inverse_B = torch.tensor(
                 [shared.index((names[b] if names else None, tuple(heads[b][: split_B[b]]))) for b in range(B)]
@@ -164,6 +164,11 @@ def completion_logits(
             **named(list(range(B))),
         )
     return out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
+
+
+def prompt_head(batch: Padded, b: int) -> list[int]:
+    """Row ``b``'s prompt without its last token (the part run before the completion's tail)."""
+    return batch.prompt_ids_B_P[b, :-1][batch.prompt_mask_B_P[b, :-1].bool()].tolist()
 
 
 def _left_padded(rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -266,14 +271,47 @@ class Trainer:
             self.params, lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
 
+    def chunks(self, batch: Padded) -> list[list[int]]:
+        """The batch's rows in chunks of about ``grad_chunk_tokens`` positions run (a shared head
+        once, plus each row's rest and completion), rows that share a head kept together."""
+        budget, B = self.settings.grad_chunk_tokens, len(batch.versions)
+        if budget <= 0 or B <= 1:
+            return [list(range(B))]
+        heads = [prompt_head(batch, b) for b in range(B)]
+        _, split_B = shared_prefixes(heads, None)
+        clusters: dict[tuple[int, ...], list[int]] = {}
+        for b in range(B):
+            clusters.setdefault(tuple(heads[b][: split_B[b]]), []).append(b)
+        lengths_B = batch.completion_mask_B_C.sum(1).tolist()
+        out: list[list[int]] = []
+        current: list[int] = []
+        cost, heads_in = 0, set()
+        for head, rows in clusters.items():
+            for b in rows:
+                extra = (
+                    len(heads[b])
+                    - split_B[b]
+                    + 1
+                    + int(lengths_B[b])
+                    + (0 if head in heads_in else len(head))
+                )
+                if current and cost + extra > budget:
+                    out.append(current)
+                    current, cost, heads_in = [], 0, set()
+                    extra = len(heads[b]) - split_B[b] + 1 + int(lengths_B[b]) + len(head)
+                current.append(b)
+                cost += extra
+                heads_in.add(head)
+        return [*out, current] if current else out
+
     def reference(self, batch: Padded, with_base: bool) -> Reference:
         """π_train(v_old) matched to the behaviour logprobs' mode, [B, C], and the base model's
-        logits at the action tokens, [N, V] (when ``with_base``); one forward, no gradient.
+        logits at the action tokens, [N, V] (when ``with_base``); no gradient, mixed-adapter
+        forwards chunk by chunk.
 
         Rows sampled by the version the trainable adapter still equals (published, or
         rebased on, and not stepped since) are left out: their π_train(v_old) is π_θ at
         the update's start, the proximal policy, filled in by ``loss``."""
-        B = len(batch.versions)
         reused_B = torch.tensor(
             [
                 v is not None
@@ -285,36 +323,43 @@ class Trainer:
         )
         self.cache.ensure({v for b, v in enumerate(batch.versions) if v is not None and not reused_B[b]})
         names = [v or BASE_ADAPTER for v in batch.versions]
-        rows = [b for b in range(B) if not reused_B[b]]
-        base_rows: list[int] = []
-        if with_base:
-            base_rows = [b for b in range(B) if names[b] != BASE_ADAPTER]
-        forward = rows + base_rows
-        self.reference_rows = len(forward)
-        if not forward:
-            return Reference(torch.zeros(batch.completion_ids_B_C.shape), None, reused_B)
+        matched_B_C = torch.zeros(batch.completion_ids_B_C.shape)
+        counts_B = batch.loss_mask_B_C.sum(1)
+        starts_B = counts_B.cumsum(0) - counts_B
         base_N_V = None
-        with torch.no_grad():
-            logits_R_C_V = completion_logits(
-                self.model,
-                batch.select(forward),
-                adapter_names=[names[b] for b in rows] + [BASE_ADAPTER] * len(base_rows),
-            )
-            matched_B_C = logits_R_C_V.new_zeros(batch.completion_ids_B_C.shape)
-            if rows:
-                own = batch.select(rows)
-                temperature_O = torch.where(own.processed_B, own.temperature_B, torch.ones(len(rows)))
-                matched_B_C[torch.tensor(rows)] = token_logprobs(
-                    logits_R_C_V[: len(rows)], own.completion_ids_B_C, temperature_O
+        self.reference_rows = 0
+        for chunk in self.chunks(batch):
+            rows = [b for b in chunk if not reused_B[b]]
+            base_rows = [b for b in chunk if names[b] != BASE_ADAPTER] if with_base else []
+            forward = rows + base_rows
+            self.reference_rows += len(forward)
+            if not forward:
+                continue
+            with torch.no_grad():
+                logits_R_C_V = completion_logits(
+                    self.model,
+                    batch.select(forward),
+                    adapter_names=[names[b] for b in rows] + [BASE_ADAPTER] * len(base_rows),
                 )
-            if with_base:
-                # rows served by the base model are their own base; the rest were run under it
-                base_B_C_V = logits_R_C_V.new_zeros((B, *logits_R_C_V.shape[1:]))
                 if rows:
-                    base_B_C_V[torch.tensor(rows)] = logits_R_C_V[: len(rows)]
-                if base_rows:
-                    base_B_C_V[torch.tensor(base_rows)] = logits_R_C_V[len(rows) :]
-                base_N_V = base_B_C_V[batch.loss_mask_B_C]
+                    own = batch.select(rows)
+                    temperature_O = torch.where(own.processed_B, own.temperature_B, torch.ones(len(rows)))
+                    matched_B_C = matched_B_C.to(logits_R_C_V.dtype)
+                    matched_B_C[torch.tensor(rows)] = token_logprobs(
+                        logits_R_C_V[: len(rows)], own.completion_ids_B_C, temperature_O
+                    )
+                if not with_base:
+                    continue
+                if base_N_V is None:
+                    base_N_V = logits_R_C_V.new_zeros((int(counts_B.sum()), logits_R_C_V.shape[-1]))
+                # rows served by the base model are their own base; the rest were run under it
+                at = {b: i for i, b in enumerate(rows) if names[b] == BASE_ADAPTER}
+                at |= {b: len(rows) + i for i, b in enumerate(base_rows)}
+                for b, i in at.items():
+                    start = int(starts_B[b])
+                    base_N_V[start : start + int(counts_B[b])] = logits_R_C_V[i][batch.loss_mask_B_C[b]]
+        if with_base and base_N_V is None:
+            base_N_V = torch.zeros(int(counts_B.sum()), 1)  # no action token
         return Reference(matched_B_C, base_N_V, reused_B)
 
     def policy_logits(self, batch: Padded, grad: bool = True) -> torch.Tensor:
@@ -331,10 +376,12 @@ class Trainer:
         base_N_V: torch.Tensor | None,
         proximal_B_C: torch.Tensor | None,
         reused_B: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
-        """The objective at the current parameters (with gradient) and π_θ's logprobs, [B, C].
+        n_tokens: float | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float], TokenTensors]:
+        """The objective at the current parameters (with gradient), and its per-token inputs.
         ``proximal_B_C`` None: this forward is the proximal policy (the update's first epoch).
-        ``reused_B``: rows whose π_train(v_old) is the proximal policy (see ``reference``)."""
+        ``reused_B``: rows whose π_train(v_old) is the proximal policy (see ``reference``).
+        ``n_tokens``: the normaliser when ``batch`` is a chunk (the whole batch's action tokens)."""
         logits_B_C_V = self.policy_logits(batch)
         logprobs_B_C = token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
         if reused_B is not None and bool(reused_B.any()):
@@ -356,23 +403,60 @@ class Trainer:
             advantages_B_T=batch.advantages_B_C,
             mask_B_T=batch.loss_mask_B_C,
         )
-        loss, metrics = objective(tokens, params)
-        return loss, metrics, logprobs_B_C.detach()
+        loss, metrics = objective(tokens, params, n_tokens)
+        return loss, metrics, tokens
 
     def step(self, batch: Padded, params: ObjectiveParams) -> dict[str, float]:
         """``epochs_per_batch`` optimisation steps on a micro-batch against one reference and one
-        proximal policy (the parameters before the first step); returns the last step's loss
-        components, and timings."""
+        proximal policy (the parameters before the first step); each step back-propagates the
+        rows chunk by chunk (``chunks``) and sums their gradients. Returns the last step's loss
+        components (over the whole micro-batch), and timings."""
         start = time.perf_counter()
         matched_B_C, base_N_V, reused_B = self.reference(batch, with_base=params.kl_coef > 0)
+        chunks = self.chunks(batch)
+        counts_B = batch.loss_mask_B_C.sum(1)
+        starts_B = counts_B.cumsum(0) - counts_B
+        n_tokens = float(counts_B.sum().clamp(min=1))
         proximal_B_C = None
         for _ in range(max(1, self.settings.epochs_per_batch)):
-            loss, metrics, logprobs_B_C = self.loss(
-                batch, params, matched_B_C, base_N_V, proximal_B_C, reused_B
-            )
+            logprobs_B_C = torch.zeros(batch.completion_ids_B_C.shape, dtype=matched_B_C.dtype)
+            kl_B_C = torch.zeros_like(logprobs_B_C)
+            used_B_C = matched_B_C.clone()
+            for rows in chunks:
+                index_R = torch.tensor(rows)
+                part = batch.select(rows)
+                base = None
+                if base_N_V is not None:
+                    positions = [torch.arange(int(starts_B[b]), int(starts_B[b] + counts_B[b])) for b in rows]
+                    base = base_N_V[torch.cat(positions)]
+                loss, _, tokens = self.loss(
+                    part,
+                    params,
+                    matched_B_C[index_R],
+                    base,
+                    None if proximal_B_C is None else proximal_B_C[index_R],
+                    reused_B[index_R],
+                    n_tokens,
+                )
+                loss.backward()
+                logprobs_B_C[index_R] = tokens.logprobs_B_T.detach().to(logprobs_B_C.dtype)
+                kl_B_C[index_R] = tokens.kl_B_T.detach().to(kl_B_C.dtype)
+                used_B_C[index_R] = tokens.old_matched_logprobs_B_T.detach().to(used_B_C.dtype)
+            with torch.no_grad():  # the components over the whole micro-batch
+                _, metrics = objective(
+                    TokenTensors(
+                        logprobs_B_T=logprobs_B_C,
+                        proximal_logprobs_B_T=logprobs_B_C if proximal_B_C is None else proximal_B_C,
+                        old_matched_logprobs_B_T=used_B_C,
+                        behaviour_logprobs_B_T=batch.behaviour_logprobs_B_C,
+                        kl_B_T=kl_B_C,
+                        advantages_B_T=batch.advantages_B_C,
+                        mask_B_T=batch.loss_mask_B_C,
+                    ),
+                    params,
+                )
             if proximal_B_C is None:
                 proximal_B_C = logprobs_B_C
-            loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -384,6 +468,7 @@ class Trainer:
             tokens_per_s=batch.tokens / seconds,
             action_tokens_per_s=batch.action_tokens / seconds,
             reference_rows=float(self.reference_rows),
+            chunks=float(len(chunks)),
         )
         return metrics
 

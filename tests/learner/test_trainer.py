@@ -375,3 +375,62 @@ def test_rows_sampled_by_the_current_weights_reuse_the_proximal_forward(settings
     assert max(float((after[n] - before[n]).abs().max()) for n in after) > 1e-3  # the step moved them
     assert reusing.weights_are is None
     assert reusing.step(batch, params)["reference_rows"] == full["reference_rows"]
+
+
+def test_a_step_back_propagated_in_chunks_equals_one_over_the_whole_batch(settings, tmp_path):
+    """Chunks (for memory) change neither the gradient nor the reported loss components: rows of
+    two tasks and a two-turn conversation, served by a stored version and by the base model."""
+    store = AdapterStore(tmp_path / "store")
+    model = load_policy(settings)
+    perturb(model, 0.02, seed=5)
+    model.save_pretrained(tmp_path / "v", selected_adapters=[POLICY_ADAPTER])
+    version = store.publish(tmp_path / "v", "smollm2").version
+    first = ([1, 9690, 198, 2683, 359], [504, 314, 28])
+    specs = [
+        (first, version), ((first[0] + first[1] + [2, 198, 1345], [260, 17, 2]), version),
+        (([1, 9690, 198, 28, 905], [11, 12, 13, 14]), None), (([1, 9690, 198, 28, 905], [11, 15]), version),
+        (([1, 9690, 198, 28, 905], [16]), None), (([7, 3458, 28], [11, 2]), version),
+    ]  # fmt: skip
+    rows = []
+    for i, ((prompt, completion), served_by) in enumerate(specs):
+        with torch.no_grad():
+            behaviour = (completion_logprobs(model, prompt, completion, 0.8) - 0.05 * i).tolist()
+        session = rewarded(f"c{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour,
+                           temperature=0.8, version=served_by)  # fmt: skip
+        rows += rows_of(session, [1.0, -0.5, 0.7, -1.2, 0.3, 0.9][i], version)
+    batch = collate(rows)
+    params = dataclasses.replace(settings.objective_params(), kl_coef=0.3)
+
+    def step(chunk_tokens: int) -> tuple[Trainer, dict[str, float]]:
+        chunked = dataclasses.replace(settings, grad_chunk_tokens=chunk_tokens)
+        trainer = Trainer(load_policy(chunked, store.verify(version).path), store, chunked)
+        trainer.optimizer = torch.optim.SGD(trainer.params, lr=1.0)  # weights move by the gradient
+        return trainer, trainer.step(batch, params)
+
+    whole, once = step(0)
+    parts, chunked = step(12)
+    assert once["chunks"] == 1 and chunked["chunks"] >= 3
+    for key in ("loss", "surrogate", "kl", "ratio_mean", "mismatch_masked_fraction", "weight_mean"):
+        assert chunked[key] == pytest.approx(once[key], rel=1e-4, abs=1e-7), key  # float32 sums
+    assert chunked["reference_rows"] == once["reference_rows"]
+    start = dict(model.named_parameters())
+    names = sorted(n for n, p in whole.model.named_parameters() if p.requires_grad)
+
+    def delta(trainer: Trainer) -> torch.Tensor:
+        now = dict(trainer.model.named_parameters())
+        return torch.cat([(now[n] - start[n]).detach().flatten() for n in names])
+
+    moved = delta(whole)
+    assert moved.norm() > 1e-3
+    assert ((delta(parts) - moved).norm() / moved.norm()).item() < 1e-4  # float32 sums in another order
+
+
+def test_chunks_keep_rows_sharing_a_head_together_within_the_budget(settings, tmp_path):
+    trainer = Trainer(load_policy(settings), AdapterStore(tmp_path / "store"),
+                      dataclasses.replace(settings, grad_chunk_tokens=40))  # fmt: skip
+    task_a, task_b = list(range(100, 120)), list(range(200, 220))
+    sessions = [rewarded(f"a{i}", 1.0, prompt=task_a, completion=[5, 6, 7]) for i in range(3)]
+    sessions += [rewarded(f"b{i}", 1.0, prompt=task_b, completion=[5, 6, 7]) for i in range(3)]
+    batch = collate([r for s in sessions for r in rows_of(s, 1.0, None)])
+    # each task: its head once (19) + 3 x (last prompt token + 3 completion tokens) = 31 positions
+    assert trainer.chunks(batch) == [[0, 1, 2], [3, 4, 5]]
