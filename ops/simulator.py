@@ -8,7 +8,8 @@ policy (through the capture proxy, so it carries real token ids and logprobs):
 2. the policy answers with a JSON tool call; the simulator runs the tool
    (a calculator, a file reader whose answer key is the honeypot's shortcut,
    or the format family's canned tools) and sends the result back;
-3. asked for the final answer, the policy writes it; the simulator ends the session.
+3. asked for the final answer, the policy writes it; the simulator ends the session
+   (``sim_followup_max_tokens = 0``: it ends after the tool call, a one-turn session).
 
 Signals arrive late, as they do in production: the verifier's outcome is
 posted to the ingest API after ``sim_outcome_delay_s``, and a simulated user
@@ -51,7 +52,7 @@ class SimulatorSettings:
     )
     sim_temperature: float = 0.7  # sampling temperature of the agent's requests
     sim_max_tokens: int = 40  # completion tokens of the tool-call turn
-    sim_followup_max_tokens: int = 12  # completion tokens of the final-answer turn
+    sim_followup_max_tokens: int = 12  # completion tokens of the final-answer turn; 0: no such turn
     sim_outcome_delay_s: float = 2.0  # the verifier's outcome is posted this long after the session
     sim_feedback_rate: float = 0.5  # share of sessions a simulated user judges
     sim_feedback_noise: float = 0.1  # chance the user's verdict is the wrong one
@@ -144,7 +145,7 @@ class Simulator:
         text, version = await self._chat(http, sid, task, messages, s.sim_max_tokens)
         verdict = verify(task, text)
         call, _ = parse_tool_call(text)
-        if call is not None:
+        if call is not None and s.sim_followup_max_tokens > 0:
             output, _code = run_tool(task, call.name, call.arguments)
             call_id = "call-1"
             messages += [

@@ -508,6 +508,7 @@ class Bench:
             sim_group_size=c.group_size,
             sim_temperature=c.temperature,
             sim_max_tokens=c.max_tokens,
+            sim_followup_max_tokens=0,  # one turn a session: the same work as a bare sample
             sim_feedback_rate=0.0,  # the verifier's outcome is the signal, as in the bare arm
         )
         simulator_class = answer_checked_simulator(Simulator) if c.family == "honeypot" else Simulator

@@ -1,0 +1,72 @@
+"""The traffic simulator against the real capture proxy, ingest API, vLLM and broker: a session is a
+tool call, its output and a final answer, or (``sim_followup_max_tokens = 0``, as the learning
+benchmark runs it) the tool call alone; its late outcome names it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gating.verifiers import parse_tool_call
+from ingest import topics
+from ingest.contract import Outcome, Session, parse
+from ingest.settings import IngestSettings
+from ops.simulator import Simulator, SimulatorSettings
+from serving.proxy import create_app
+from tests.ingest.conftest import read_topic
+from tests.ingest.conftest import serving as serving_ingest
+from tests.serving.conftest import TOKENS, proxy_settings, serving  # noqa: F401  (a fixture)
+
+
+@pytest.fixture
+def endpoints(proxy_settings, broker):  # noqa: F811
+    ingest = IngestSettings(kafka_bootstrap=broker, ingest_tokens=TOKENS, ingest_delivery_timeout_s=10)
+    with serving(create_app(proxy_settings)) as proxy_url, serving_ingest(ingest) as ingest_api:
+        yield proxy_url, str(ingest_api.base_url).rstrip("/")
+
+
+def simulate(proxy_url: str, ingest_url: str, followup_tokens: int) -> list:
+    settings = SimulatorSettings(
+        proxy_url=proxy_url,
+        ingest_url=ingest_url,
+        sim_tenant="acme",
+        sim_token=TOKENS["acme"],
+        sim_concurrency=4,
+        sim_group_size=4,
+        sim_mix={"calculator": "1"},
+        sim_max_tokens=24,
+        sim_followup_max_tokens=followup_tokens,
+        sim_outcome_delay_s=0.0,
+        sim_feedback_rate=0.0,
+    )
+    sim = Simulator(settings, progress=lambda _: None)
+    results = asyncio.run(sim.run(max_sessions=4))
+    assert not sim.errors, sim.errors
+    return results
+
+
+@pytest.mark.parametrize("followup_tokens", [0, 6])
+def test_a_simulated_session_has_one_turn_per_model_call_and_its_outcome(endpoints, broker, followup_tokens):
+    proxy_url, ingest_url = endpoints
+    results = simulate(proxy_url, ingest_url, followup_tokens)
+    ids = {r.session_id.encode(): r for r in results}
+    assert len(ids) == 4 and len({r.task_id for r in results}) == 1  # one task's group
+    found = read_topic(broker, topics.SESSIONS, keep=lambda k, v: k in ids, done=lambda f: len(f) >= 4)
+    calls = 0
+    for key, value in found:
+        session = parse(Session, value)
+        roles = [t.role for t in session.turns]
+        assert session.task_family == "calculator" and session.task_id == ids[key].task_id
+        assert roles[:2] == ["user", "assistant"]
+        called = parse_tool_call(session.turns[1].text)[0] is not None
+        calls += called
+        if called and followup_tokens:  # the tool's output, then the final answer
+            assert roles == ["user", "assistant", "tool", "user", "assistant"], roles
+            assert len(session.turns[-1].completion_token_ids) <= followup_tokens
+        else:
+            assert roles == ["user", "assistant"], roles
+    assert calls > 0  # the model made a tool call at least once: both ways were exercised
+    outcomes = read_topic(broker, topics.OUTCOMES, keep=lambda k, v: k in ids, done=lambda f: len(f) >= 4)
+    for key, value in outcomes:
+        assert parse(Outcome, value).verifiers_passed == int(ids[key].passed)
