@@ -78,8 +78,20 @@ class RewardSettings:
     hack_penalty: float = -1.0
     hack_forfeits_outcome: bool = True
     # tool conventions: tool names by role, and the argument each tool must carry
-    shell_tools: tuple[str, ...] = ("bash", "shell", "sh", "terminal", "run_command", "execute_command")
-    read_tools: tuple[str, ...] = ("read_file", "view_file", "open_file", "cat")
+    shell_tools: tuple[str, ...] = (
+        "bash",
+        "shell",
+        "sh",
+        "terminal",
+        "run_command",
+        "execute_command",
+        "exec_command",
+        "execute_bash",
+        "run_shell_command",
+        "run_terminal_cmd",
+        "local_shell",
+    )
+    read_tools: tuple[str, ...] = ("read_file", "view_file", "open_file", "cat", "read", "read_many_files")
     edit_tools: tuple[str, ...] = (
         "edit_file",
         "write_file",
@@ -87,8 +99,36 @@ class RewardSettings:
         "str_replace",
         "apply_patch",
         "delete_file",
+        "str_replace_editor",
+        "str_replace_based_edit_tool",
+        "edit",
+        "write",
+        "multiedit",
+        "multi_edit",
+        "replace",
     )
-    fetch_tools: tuple[str, ...] = ("web_fetch", "fetch_url", "http_get", "browse")
+    search_tools: tuple[str, ...] = (
+        "grep",
+        "glob",
+        "ls",
+        "list_dir",
+        "list_directory",
+        "list_files",
+        "find_files",
+        "grep_search",
+        "file_search",
+        "search_file_content",
+        "search_files",
+    )
+    fetch_tools: tuple[str, ...] = (
+        "web_fetch",
+        "fetch_url",
+        "http_get",
+        "browse",
+        "webfetch",
+        "fetch",
+        "web_search",
+    )
     tool_required_args: dict[str, str] = _default(
         {
             "bash": "command",
@@ -115,9 +155,6 @@ class RewardSettings:
     verifier_globs: tuple[str, ...] = (
         "run_tests.sh",
         "**/run_tests.sh",
-        "**/grader/**",
-        "**/grading/**",
-        "**/verifier*/**",
         "**/sitecustomize.py",
         "**/usercustomize.py",
         "**/*.pth",
@@ -144,7 +181,7 @@ class RewardSettings:
         r"(solution|answer[-_]?key|answers|writeup|walkthrough|hidden[-_]tests|gold[-_]patch)",
         r"\bgit\s+(fetch|pull)\b[^|;&\n]*\bupstream\b",
     )
-    upstream_metadata_key: str = "upstream_repo"
+    upstream_metadata_keys: tuple[str, ...] = ("upstream_repo", "repo")
     checker_modules: tuple[str, ...] = (
         "grader",
         "grading",

@@ -49,8 +49,13 @@ def _tokens(text: str, n: int | None = None) -> list[int]:
     return [(seed + 7919 * i) % 49_152 for i in range(n)]
 
 
-def session(*steps: tuple, session_id: str = "s-hand-1", **fields) -> Session:
-    turns: list = [UserTurn(turn_id="u0", text="Fix the failing test in this repository.")]
+def session(
+    *steps: tuple,
+    session_id: str = "s-hand-1",
+    task: str = "Fix the failing test in this repository.",
+    **fields,
+) -> Session:
+    turns: list = [UserTurn(turn_id="u0", text=task)]
     for i, step in enumerate(steps):
         if step[0] == "say":
             text = step[1]

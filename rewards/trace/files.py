@@ -1,0 +1,242 @@
+"""The files as far as the session has shown them: each change becomes a :class:`FileChange`, a line
+diff against the content seen before (read, or written by the agent) where the session shows it."""
+
+from __future__ import annotations
+
+import posixpath
+
+from rewards.trace import scripts, tools
+from rewards.trace.patch import apply_ops, line_diff, parse_patch
+from rewards.trace.paths import lookup, norm_path, resolve
+from rewards.trace.records import FileChange, Op, Trace
+
+
+class Files:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.known: dict[str, str] = {}
+        self.mentioned: list[str] = []  # earlier commands and outputs, to tell if a file existed
+
+    def mention(self, text: str) -> None:
+        self.mentioned.append(text)
+
+    def finish(self) -> None:
+        self.trace.files.update(self.known)
+
+    def content(self, path: str) -> str | None:
+        key = lookup(self.known, norm_path(path))
+        return self.known[key] if key is not None else None
+
+    def existed(self, path: str) -> bool:
+        path = norm_path(path)
+        if lookup(self.known, path) is not None or lookup(self.trace.originals, path) is not None:
+            return True
+        if lookup(self.trace.created, path) is not None:
+            return False
+        name = posixpath.basename(path)
+        return bool(name) and any(name in text for text in self.mentioned)
+
+    def see(self, path: str, content: str) -> None:
+        path = norm_path(path)
+        key = lookup(self.known, path)
+        if (
+            key is None
+            and lookup(self.trace.originals, path) is None
+            and lookup(self.trace.created, path) is None
+        ):
+            self.trace.originals[path] = content
+        self.known[key or path] = content
+
+    def _store(self, path: str, content: str | None) -> str | None:
+        """Remember ``content`` as the file's content (None: unknown); the content before, if known."""
+        key = lookup(self.known, path)
+        old = self.known.get(key) if key else None
+        if content is None:
+            if key:
+                del self.known[key]
+        else:
+            self.known[key or path] = content
+        return old
+
+    def write(self, path: str, content: str | None, append: bool = False) -> FileChange:
+        path = norm_path(path)
+        existed = self.existed(path)
+        if not existed:
+            self.trace.created.add(path)
+        if append:
+            old = self.content(path)
+            self._store(path, None if old is None or content is None else old + "\n" + content)
+            ops = tuple(("+", line) for line in (content or "").splitlines())
+            return FileChange(path, ops, existed=existed, before=old)
+        old = self._store(path, content)
+        if content is None:
+            return FileChange(path, (), existed=existed, before=old)
+        if old is None:
+            ops = tuple(("+", line) for line in content.splitlines())
+            return FileChange(path, ops, existed=existed, after=content)
+        return FileChange(path, line_diff(old, content), existed=True, before=old, after=content)
+
+    def change_ops(
+        self, path: str, ops: tuple[Op, ...], existed: bool = True, hunks: tuple[int, ...] = ()
+    ) -> FileChange:
+        path = norm_path(path)
+        old = self.content(path)
+        new = apply_ops(old, ops, hunks) if old is not None else None
+        self._store(path, new)
+        if old is not None and new is not None:
+            return FileChange(path, line_diff(old, new), existed=True, before=old, after=new)
+        return FileChange(path, ops, existed=existed or self.existed(path), hunks=hunks)
+
+    def replace(self, path: str, pairs: list[tuple[str, str]], whole_lines: bool = True) -> FileChange:
+        """``str.replace`` of each (old, new) pair: a line diff when the content is known."""
+        path = norm_path(path)
+        before = self.content(path)
+        if before is not None and not all(old in before for old, _ in pairs):
+            pairs = [
+                (old.rstrip("\n"), new.rstrip("\n")) for old, new in pairs
+            ]  # a view that lost the last newline
+        if before is not None and all(old in before for old, _ in pairs):
+            after = before
+            for old, new in pairs:
+                after = after.replace(old, new, 1) if whole_lines else after.replace(old, new)
+            self._store(path, after)
+            return FileChange(path, line_diff(before, after), existed=True, before=before, after=after)
+        if whole_lines:
+            ops = tuple(op for old, new in pairs for op in line_diff(old, new))
+            return FileChange(path, ops, existed=True)
+        ops = tuple(op for old, new in pairs for op in (("-", old), ("+", new)))
+        return FileChange(path, ops, existed=True, partial=True)
+
+    def delete(self, path: str, moved_to: str | None = None) -> FileChange:
+        path = norm_path(path)
+        key = lookup(self.known, path)
+        old = self.known.pop(key) if key else None
+        for other in [k for k in self.known if k.startswith(path.rstrip("/") + "/")]:
+            del self.known[other]  # a folder: what was in it is gone too
+        if moved_to is not None and old is not None:
+            self.known[norm_path(moved_to)] = old
+        ops = tuple(("-", line) for line in old.splitlines()) if old is not None else ()
+        return FileChange(path, ops, deleted=True, moved_to=moved_to, existed=True, before=old)
+
+    def copy(self, src: str, dst: str) -> FileChange:
+        return self.write(dst, self.content(src))
+
+    def revert(self, path: str) -> FileChange | None:
+        """``git checkout -- path``: back to the first content seen, when the session showed it."""
+        key = lookup(self.trace.originals, norm_path(path))
+        return self.write(path, self.trace.originals[key]) if key is not None else None
+
+    def sed(self, path: str, sed_scripts: list[str], extended: bool) -> FileChange:
+        before = old = self.content(path)
+        ops: list[Op] = []
+        for s in sed_scripts:
+            new, script_ops = scripts.sed_change(s, old, extended)
+            ops.extend(script_ops)
+            old = new
+        self._store(norm_path(path), old)
+        if before is not None and old is not None:
+            return FileChange(norm_path(path), line_diff(before, old), existed=True, before=before, after=old)
+        return FileChange(norm_path(path), tuple(ops), existed=True, partial=True)
+
+    def patch(self, parsed: list[FileChange], cwd: str, target: str | None = None) -> list[FileChange]:
+        out = []
+        for ch in parsed:
+            path = target if target and len(parsed) == 1 else resolve(ch.path, cwd)
+            if ch.deleted:
+                out.append(self.delete(path, resolve(ch.moved_to, cwd) if ch.moved_to else None))
+            elif not ch.existed:
+                out.append(self.write(path, "\n".join(line for op, line in ch.ops if op != "-")))
+            else:
+                change = self.change_ops(path, ch.ops, hunks=ch.hunks)
+                if ch.moved_to:
+                    moved = resolve(ch.moved_to, cwd)
+                    change = self.delete(path, moved_to=moved)
+                out.append(change)
+        return out
+
+    def effect(self, verb: str, path: str, payload: object, code: str, cwd: str) -> list[FileChange]:
+        """The change of one file effect of a script (see :func:`rewards.trace.scripts.python_effects`)."""
+        if verb == "delete":
+            return [self.delete(path)]
+        if verb == "move":
+            return [self.delete(path, moved_to=resolve(str(payload), cwd))]
+        if verb == "copy":
+            return [self.copy(path, resolve(str(payload), cwd))]
+        if isinstance(payload, str):
+            return [self.write(path, payload)]
+        if isinstance(payload, list):
+            return [self.replace(path, payload, whole_lines=False)]
+        existed = self.existed(path)
+        self._store(norm_path(path), None)
+        return [
+            FileChange(norm_path(path), tuple(("+", line) for line in code.splitlines()), existed=existed)
+        ]
+
+    # --- edit tools -----------------------------------------------------------------------
+
+    def edit_tool(
+        self, args: dict, name: str, path: str | None, ok: bool, output: str, cwd: str
+    ) -> tuple[list[FileChange], list[str]]:
+        """(changes, paths) of an edit-tool call: str_replace editors, write/edit/patch/delete tools."""
+        verb = args.get("command") if isinstance(args.get("command"), str) else None
+        named = [path] if path else []
+        if verb in ("view", "read"):
+            if (
+                path
+                and ok
+                and "view_range" not in args
+                and not output.lstrip().startswith("Here's the files")
+            ):
+                self.see(path, tools.file_text(output))
+            return [], named
+        if not ok and output.lstrip()[:5].lower() == "error":
+            return [], named
+        if (
+            verb == "delete"
+            or (path and ("delete" in name or "remove" in name))
+            or args.get("delete") is True
+        ):
+            return ([self.delete(path)] if path else []), named
+        patch = tools.first(args, tools.PATCH_KEYS)
+        if patch and tools.is_patch(patch):
+            changes = self.patch(parse_patch(patch), cwd, target=path)
+            return changes, [c.path for c in changes]
+        if path is None:
+            return [], []
+        content = tools.first(args, tools.CONTENT_KEYS)
+        if content is None and isinstance(args.get("content"), str):
+            content = ""
+        if content is not None and verb not in ("insert", "str_replace"):
+            return [self.write(path, content, append=verb == "append" or args.get("mode") == "append")], named
+        if isinstance(args.get("edits"), list):
+            pairs = [_pair(e) for e in args["edits"] if isinstance(e, dict)]
+            return [self.replace(path, [p for p in pairs if p])], named
+        pair = _pair(args)
+        if pair:
+            return [self.replace(path, [pair])], named
+        insert = next(
+            (args[k] for k in ("insert_text", "new_str", "text") if isinstance(args.get(k), str)), None
+        )
+        if insert is not None:
+            return [self._insert(path, args.get("insert_line"), insert)], named
+        fragment = tools.first(args, tools.FRAGMENT_KEYS)
+        if fragment is not None:
+            lines = [line for line in fragment.splitlines() if "existing code" not in line]
+            return [FileChange(path, tuple(("+", line) for line in lines), existed=True, partial=True)], named
+        return [], named
+
+    def _insert(self, path: str, at: object, text: str) -> FileChange:
+        old = self.content(path)
+        if old is not None and isinstance(at, int):
+            lines = old.splitlines()
+            new = "\n".join([*lines[:at], *text.splitlines(), *lines[at:]])
+            self._store(path, new)
+            return FileChange(path, line_diff(old, new), existed=True, before=old, after=new)
+        return self.change_ops(path, tuple(("+", line) for line in text.splitlines()))
+
+
+def _pair(args: dict) -> tuple[str, str] | None:
+    for old_key, new_key in tools.REPLACE_KEYS:
+        if isinstance(args.get(old_key), str) and isinstance(args.get(new_key), str):
+            return args[old_key], args[new_key]
+    return None
