@@ -14,6 +14,12 @@ Alias semantics (``None`` champion means the base model):
 - a manual ``reject`` clears it from challenger, and if it was champion, hands the
   title back to the champion it replaced (skipping any rejected since);
 - ``rollback`` makes an earlier champion (or ``base``) champion again.
+
+A canary (the gate's ``canary`` setting): a promotion makes the version champion
+*on trial* (``state.canary``); the serving controller then gives it a share of new
+sessions next to the version it served before, until a ``canary`` entry confirms it
+(``promote``: the trial ends, it serves everything) or a ``rollback`` entry by the
+canary judge hands the title back to the champion before it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ACTIONS = ("evaluate", "approve", "reject", "rollback")
+ACTIONS = ("evaluate", "approve", "reject", "rollback", "canary")
 BASE = "base"
 
 
@@ -40,6 +46,7 @@ class LogError(ValueError):
 class State:
     champion: str | None = None
     challenger: str | None = None
+    canary: str | None = None  # the champion while it is on trial (a canary), else None
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["state"]["canary"] is None:  # lines as they were before canaries
+            del out["state"]["canary"]
         out["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.time))
         return out
 
@@ -70,20 +79,28 @@ class Entry:
         return cls(**data)
 
 
-def next_state(entries: list[Entry], version: str, action: str, decision: str) -> State:
-    """The champion and challenger after ``action`` on ``version``, given the log so far."""
+def next_state(entries: list[Entry], version: str, action: str, decision: str, canary: bool = False) -> State:
+    """The champion, challenger and canary after ``action`` on ``version``, given the log so far;
+    ``canary``: a promotion puts the version on trial."""
     state = entries[-1].state if entries else State()
     target = None if version == BASE else version
     if action in ("evaluate", "approve") and decision == "promote":
-        return State(champion=target, challenger=None)
+        return State(champion=target, challenger=None, canary=target if canary and target else None)
     if action == "evaluate":
-        return State(champion=state.champion, challenger=target)
+        return State(champion=state.champion, challenger=target, canary=state.canary)
+    if action == "canary":
+        if state.canary != target or target is None:
+            raise LogError(f"{version} is not on trial (the canary is {state.canary or 'none'})")
+        if decision != "promote":
+            raise LogError("a canary ends in promote (confirmed) or in a rollback to the champion before it")
+        return State(champion=state.champion, challenger=state.challenger, canary=None)
     if action == "rollback":
-        return State(champion=target, challenger=state.challenger)
+        return State(champion=target, challenger=state.challenger, canary=None)
     if action == "reject":
         challenger = None if state.challenger == target else state.challenger
         champion = fallback(entries, target) if state.champion == target else state.champion
-        return State(champion=champion, challenger=challenger)
+        canary = state.canary if champion == state.champion else None
+        return State(champion=champion, challenger=challenger, canary=canary)
     raise LogError(f"unknown action {action!r}")
 
 
@@ -172,5 +189,7 @@ def describe(entry: Entry) -> str:
     )
     if entry.state.challenger:
         head += f"  challenger {entry.state.challenger}"
+    if entry.state.canary:
+        head += "  (on trial: canary)"
     lines = [head] + [f"    - {r['message']}" for r in entry.reasons]
     return "\n".join(lines)

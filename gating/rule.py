@@ -4,7 +4,11 @@ Promote only if every check passes:
 
 1. target: the mean paired gain in pass@1 over the champion (per task, candidate
    minus champion) has a one-sided lower confidence bound of at least
-   ``min_gain`` (paired bootstrap over tasks, seeded);
+   ``min_gain`` (paired bootstrap over tasks, seeded). When the gate scored the
+   target in rounds and its anytime-valid bound already settled the question
+   (``sequential``, :mod:`gating.sequential`), that verdict stands instead: a
+   promote passes the check, a reject fails it, and a rejected candidate is not
+   asked for the suites that were never run for it;
 2. guards: no guarded metric fell by more than its tolerance (mean paired
    change below ``-tolerance``) with a drop the data can tell from noise (the
    one-sided upper confidence bound of the change is below zero);
@@ -25,9 +29,12 @@ KL(candidate‖champion) is neither checked nor required).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gating.sequential import Outcome
 
 TARGET = "target.pass_at_1"
 GUARDS = ("target.pass_all_k", "format.valid", "general.pass")
@@ -146,8 +153,13 @@ def decide(
     kl_champion: float | None,
     config: RuleConfig,
     champion_is_base: bool = False,
+    sequential: Outcome | None = None,
 ) -> Decision:
-    reasons = missing(candidate, champion, kl_base, kl_champion, config, champion_is_base)
+    """``sequential``: the target's verdict from scoring it in rounds (None or "continue": the
+    bootstrap over every target task decides)."""
+    settled = sequential is not None and sequential.decision in ("promote", "reject")
+    stopped = settled and sequential.decision == "reject"
+    reasons = [] if stopped else missing(candidate, champion, kl_base, kl_champion, config, champion_is_base)
     evidence: dict[str, float] = {}
     pct = f"{config.confidence:.0%}"
 
@@ -156,7 +168,15 @@ def decide(
         gain = float(diffs.mean()) if len(diffs) else float("nan")
         bound = lower_bound(diffs, config.confidence, config.bootstrap_samples, config.seed)
         evidence |= {"target.gain": gain, "target.gain_lower_bound": bound, "target.tasks": float(len(diffs))}
-        if not (len(diffs) and bound >= config.min_gain and gain > 0):
+        if settled:
+            evidence |= {
+                "target.sequential_lower": sequential.lower,
+                "target.sequential_upper": sequential.upper,
+                "target.sequential_promote": float(sequential.decision == "promote"),
+            }
+            if stopped:
+                reasons.append(Reason("target_gain", f"target: {sequential.reason}"))
+        elif not (len(diffs) and bound >= config.min_gain and gain > 0):
             reasons.append(
                 Reason(
                     "target_gain",

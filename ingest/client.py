@@ -179,13 +179,20 @@ class AgentSession:
         return self._openai
 
     def end(
-        self, status: str = "completed", outcome: dict | None = None, feedback: dict | None = None
+        self,
+        status: str = "completed",
+        outcome: dict | None = None,
+        feedback: dict | None = None,
+        messages: list[dict] | None = None,
     ) -> dict:
-        """End the session: the proxy produces its record (with an in-line outcome or feedback);
-        returns where it was written (partition, offset)."""
+        """End the session: the proxy produces its record (with an in-line outcome or feedback, and
+        ``messages``: what the agent did after the model's last turn, e.g. the tool calls it ran and
+        their output); returns where it was written (partition, offset)."""
         body: dict[str, Any] = {"status": status}
         if outcome is not None:
             body["outcome"] = outcome
         if feedback is not None:
             body["feedback"] = feedback
+        if messages:
+            body["messages"] = messages
         return self.ratchet._post(f"{self.ratchet.proxy_url}/v1/sessions/{self.id}/end", body)

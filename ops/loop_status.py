@@ -373,10 +373,22 @@ def logged_champion(decisions: list[dict]) -> dict[str, Any]:
         d for d in decisions if d.get("decision") == "promote" or d.get("action") in ("rollback", "reject")
     ]
     by = moved[-1] if moved else decisions[-1]
-    return {
-        "version": (decisions[-1].get("state") or {}).get("champion") or "base",
+    state = decisions[-1].get("state") or {}
+    out = {
+        "version": state.get("champion") or "base",
         "by": f"{by.get('action')} {by.get('version')} ({by.get('decision')}) at {by.get('at')}",
     }
+    if state.get("canary"):  # on trial: the version served before it keeps the alias meanwhile
+        began = next(
+            (
+                d
+                for d in reversed(decisions)
+                if d.get("version") == state["canary"] and d.get("decision") == "promote"
+            ),
+            {},
+        )
+        out |= {"canary": state["canary"], "incumbent": began.get("champion_before") or "base"}
+    return out
 
 
 def replica_status(report: dict, decisions: list[dict], routed: str | None) -> dict[str, Any]:
@@ -408,7 +420,7 @@ def replica_status(report: dict, decisions: list[dict], routed: str | None) -> d
             why = (r.get("error") or "unhealthy") if not r.get("healthy") else f"{alias} is not routed there"
             warnings.append(f"replica {r.get('url')} serves no policy version ({why})")
             continue
-        if serves != champion["version"]:
+        if serves != champion["version"] and serves != champion.get("incumbent"):
             warnings.append(
                 f"replica {r.get('url')} serves {serves} but the decision log's champion is "
                 f"{champion['version']} (last: {champion['by']})"
@@ -418,6 +430,7 @@ def replica_status(report: dict, decisions: list[dict], routed: str | None) -> d
     return {
         "replicas": replicas,
         "controller_champion": report.get("champion"),
+        "canary": (report.get("canary") or {}).get("policy"),
         "logged_champion": champion,
         "updated_at": report.get("updated_at"),
         "problems": report.get("problems", []),

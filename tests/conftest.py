@@ -47,6 +47,7 @@ def lazy_stack(tmp_path_factory):
         mlflow_port=free_port(),
         vllm_port=free_port(),
         s3_port=free_port(),
+        vllm_cpu_lora=base.vllm_cpu_lora,  # RATCHET_VLLM_CPU_LORA=vllm: the suite on vLLM's own kernels
     )
     lazy = LazyStack(settings)
     yield lazy

@@ -189,6 +189,9 @@ def print_loop(out: dict) -> None:
     else:
         for r in replicas["replicas"]:
             print(f"  {r['url']}: serves {r['serves'] or 'nothing'} (loaded {', '.join(r['loaded']) or '-'})")
+        canary = replicas.get("canary")
+        if canary:
+            print(f"  canary: {canary['version']} on trial for {canary['share']:.0%} of new sessions")
     for warning in out["warnings"]:
         print(f"!! {warning}")
 

@@ -1,7 +1,9 @@
 import json
 import multiprocessing
 
-from gating.decisions import DecisionLog, Entry, State, fallback, next_state, past_champions
+import pytest
+
+from gating.decisions import DecisionLog, Entry, LogError, State, fallback, next_state, past_champions
 
 
 def record(log: DecisionLog, version: str, action: str, decision: str, i: int = 0) -> Entry:
@@ -106,3 +108,34 @@ def test_concurrent_writers_never_interleave_lines(tmp_path):
         p.join(60)
     lines = path.read_text().splitlines()
     assert len(lines) == 60 and len({json.loads(x)["decision_id"] for x in lines}) == 60
+
+
+def test_a_promotion_on_trial_is_confirmed_or_rolled_back_to_the_champion_before_it(tmp_path):
+    entries: list[Entry] = []
+
+    def add(version, action, decision, canary=False):
+        state = entries[-1].state if entries else State()
+        after = next_state(entries, version, action, decision, canary)
+        entries.append(
+            Entry(f"d{len(entries)}", version, action, decision, "gate", [], state.champion, after)
+        )
+        return after
+
+    assert add("v1", "evaluate", "promote") == State("v1", None, None)  # no canary asked for
+    assert add("v2", "evaluate", "promote", canary=True) == State("v2", None, "v2")
+    assert add("v3", "evaluate", "reject") == State("v2", "v3", "v2")  # still on trial
+    assert add("v2", "canary", "promote") == State("v2", "v3", None)  # confirmed
+    assert add("v4", "approve", "promote", canary=True) == State("v4", None, "v4")
+    assert add("v2", "rollback", "promote") == State("v2", None, None)  # the judge rolled v4 back
+    with pytest.raises(LogError, match="not on trial"):
+        next_state(entries, "v4", "canary", "promote")
+    assert add("v5", "evaluate", "promote", canary=True) == State("v5", None, "v5")
+    with pytest.raises(LogError, match="ends in promote"):
+        next_state(entries, "v5", "canary", "reject")
+    assert add("v5", "reject", "reject") == State("v2", None, None)  # rejected by hand: the trial ends
+    log = DecisionLog(tmp_path / "decisions.jsonl")
+    for entry in entries:
+        log.append(entry)
+    assert [e.state for e in log.entries()] == [e.state for e in entries]
+    lines = [json.loads(line) for line in log.path.read_text().splitlines()]
+    assert lines[1]["state"]["canary"] == "v2" and "canary" not in lines[0]["state"]

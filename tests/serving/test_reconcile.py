@@ -16,7 +16,7 @@ from serving.reconcile import (
     unloadable,
 )
 from serving.replicas import Observation, from_store, loaded_versions
-from serving.routing import Replica
+from serving.routing import Canary, Replica
 
 
 def report(generation=1, inflight=None, sessions=None, url="http://p"):
@@ -73,6 +73,18 @@ def test_a_replica_is_routed_only_for_versions_loaded_verified_and_kept():
         Replica("c", False, frozenset()),
     )
     assert json.loads(json.dumps(routes.to_json()))["replicas"][0]["versions"] == ["v1", "v2"]
+
+
+def test_a_canary_is_routed_only_once_a_healthy_replica_serves_it_verified():
+    observations = [Observation("a", True, frozenset({"v1", "v2"})), Observation("b", False, frozenset())]
+    keep = ["v2", "v1"]
+    unverified = build_routes("policy", "v1", observations, {"a": {"v1"}}, keep, 3, canary=("v2", 0.25))
+    assert unverified.aliases == {"policy": "v1"} and unverified.canary == {}
+    verified = {"a": {"v1", "v2"}, "b": {"v2"}}
+    routes = build_routes("policy", "v1", observations, verified, keep, 4, canary=("v2", 0.25))
+    assert routes.aliases == {"policy": "v1"} and routes.canary == {"policy": Canary("v2", 0.25)}
+    assert build_routes("policy", "v1", observations, verified, ["v1"], 5, canary=("v2", 0.25)).canary == {}
+    assert build_routes("policy", "v2", observations, verified, keep, 5, canary=("v2", 0.25)).canary == {}
 
 
 def test_a_version_is_unloaded_only_when_every_proxy_follows_the_routes_and_it_drained():

