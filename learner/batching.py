@@ -22,7 +22,12 @@ turn sampled that way carries no loss, and the ledger names it with its reason.
 No signal, no update: when two or more fresh sessions of a micro-batch differ
 in nothing but cost (``skip_uniform_batches``), or every advantage left is
 zero (an all-equal group, a family still without a baseline), the batch takes
-no optimisation step and its sessions are recorded as ``no_signal``.
+no optimisation step and its sessions are recorded as ``no_signal``. With the
+same setting, a task's group within the batch (sessions sharing a task id, at
+least ``min_group_size`` of them) whose sessions differ in nothing but cost is
+left out of the update, its sessions recorded as ``no_signal``: against their
+group baseline they carry no policy gradient, and their forward and backward
+passes would only cost time (the KL anchor still acts on every token trained).
 
 Amendments (a reward revised after the session was trained). The policy
 gradient is linear in the advantage, so the update a session should have
@@ -344,6 +349,21 @@ def _uniform(signals_N: list[dict[str, float]]) -> bool:
     return all(len(v) <= 1 for v in values.values())
 
 
+def _uniform_groups(items: list, min_group_size: int) -> set[int]:
+    """Indices of the items in task groups (same tenant and task id, at least ``min_group_size``)
+    whose sessions differ in nothing but cost."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for k, item in enumerate(items):
+        if item.task_id is not None:
+            groups.setdefault((item.tenant, item.task_id), []).append(k)
+    return {
+        k
+        for members in groups.values()
+        if len(members) >= min_group_size and _uniform([items[k].signals for k in members])
+        for k in members
+    }
+
+
 def plan(
     batch: list[RewardedSession],
     trained: dict[str, Trained],
@@ -374,14 +394,15 @@ def plan(
     items = [scored(batch[i]) for i in fresh]
     advantages, baselines = score(items, baselines, params)
     uniform = skip_uniform and len(items) >= 2 and _uniform([item.signals for item in items])
+    flat = _uniform_groups(items, params.min_group_size) if skip_uniform and not uniform else set()
 
     rows: list[Row] = []
     planned: list[tuple[int, str, Advantage]] = []
-    for i, adv in zip(fresh, advantages, strict=True):
+    for k, (i, adv) in enumerate(zip(fresh, advantages, strict=True)):
         session_rows = rows_of(batch[i], adv.value, limits.parent)
         if not any(m for row in session_rows for m in row.mask):
             outcomes[i] = Outcome(batch[i], "no_action_tokens")
-        elif uniform:
+        elif uniform or k in flat:
             outcomes[i] = Outcome(batch[i], "no_signal", adv)
         else:
             rows += session_rows

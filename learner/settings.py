@@ -72,7 +72,9 @@ class LearnerSettings:
         1  # optimisation steps per micro-batch (the staleness clip bounds how far they go)
     )
     grad_chunk_tokens: int = 1024  # rows run and back-propagated in chunks of ~this many positions, summed into one step (~2 MB a position; 0: all at once)
-    skip_uniform_batches: bool = True  # a micro-batch whose fresh rewards are all equal trains nothing
+    # a micro-batch whose fresh rewards differ in nothing but cost trains nothing, and a task's group
+    # within it that does so is left out of the update (no policy gradient against its group baseline)
+    skip_uniform_batches: bool = True
     # publishing
     publish_every_updates: int = 8  # N: publish a version after this many updates ...
     publish_every_s: float = 600.0  # T: ... or this long after the last one (with updates since)

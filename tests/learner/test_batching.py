@@ -190,3 +190,21 @@ def test_sessions_recorded_longer_ago_than_the_bound_are_stale():
     bounded = Limits(None, frozenset(), 4, 4096, max_staleness_s=600.0, now=now)
     p = plan([old, new], {}, set(), {}, bounded, PARAMS, skip_uniform=False)
     assert [o.kind for o in p.outcomes] == ["stale", "no_signal"]
+
+
+def test_a_group_that_differs_only_in_cost_is_left_out_and_the_rest_trains():
+    def scored_session(sid, task, verifiers, cost):
+        rs = rewarded(sid, verifiers + cost, task_id=task)
+        return rs.model_copy(update={"components": {"verifiers": verifiers, "cost": cost}})
+
+    learnable = [scored_session(f"a{i}", "calc-a", float(i % 2), -0.001 * i) for i in range(4)]
+    flat = [scored_session(f"b{i}", "calc-b", 0.0, -0.001 * (i + 1)) for i in range(4)]  # all failed
+    p = plan(learnable + flat, {}, set(), {}, limits(), PARAMS)
+    kinds = {o.rewarded.session_id: o.kind for o in p.outcomes}
+    assert p.train and {kinds[f"a{i}"] for i in range(4)} == {"trained"}
+    assert {kinds[f"b{i}"] for i in range(4)} == {"no_signal"}
+    assert {r.session_id for r in p.rows} == {f"a{i}" for i in range(4)}
+    flat_advantages = [o.advantage.value for o in p.outcomes if o.rewarded.session_id.startswith("b")]
+    assert max(abs(a) for a in flat_advantages) < 0.1  # what they would have carried: cost alone
+    kept = plan(learnable + flat, {}, set(), {}, limits(), PARAMS, skip_uniform=False)
+    assert {r.session_id for r in kept.rows} == {f"a{i}" for i in range(4)} | {f"b{i}" for i in range(4)}
