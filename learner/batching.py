@@ -54,7 +54,9 @@ Which version served a turn: ``AssistantTurn.adapter_version`` when set, else
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 import torch
 
@@ -138,6 +140,25 @@ def staleness(rs: RewardedSession, parent: str | None) -> int:
 def age_s(rs: RewardedSession, now: float) -> float:
     """Seconds since the session was recorded."""
     return max(0.0, now - rs.session.created_at.timestamp())
+
+
+def looks_stale(value: bytes, limits: Limits) -> bool:
+    """Whether a rewarded record, as bytes, will be skipped as ``stale`` (:func:`check`), read from its
+    JSON without the contract's parse; anything unexpected says no (the parse decides later). The
+    learner's consumer lets such records ride along without counting them toward a micro-batch."""
+    try:
+        data = json.loads(value)
+        session = data["session"]
+        default = (session.get("policy") or {}).get("adapter_version")
+        served = [
+            t.get("adapter_version") or default for t in session["turns"] if t.get("role") == "assistant"
+        ]
+        created = datetime.fromisoformat(session["created_at"]).timestamp()
+        oldest = min(version_number(v) if v else 0 for v in served)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    now = version_number(limits.parent) if limits.parent else 0
+    return now - oldest > limits.max_staleness or limits.now - created > limits.max_staleness_s
 
 
 def check(rs: RewardedSession, limits: Limits) -> str | None:

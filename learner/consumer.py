@@ -68,15 +68,23 @@ class RewardedConsumer:
         wait_s: float,
         idle_s: float | None,
         weigh: Callable[[bytes], int],
+        counts: Callable[[bytes], bool] = lambda value: True,
+        max_skipped: int | None = None,
     ) -> list[Consumed]:
-        """Records until ``max_records`` or ``max_weight`` is reached or ``wait_s`` has passed since the
-        first one; ``[]`` after ``idle_s`` without any record (``None``: wait for one)."""
+        """Records until ``max_records`` of them that ``counts`` or ``max_weight`` is reached, or
+        ``wait_s`` has passed since the first one; ``[]`` after ``idle_s`` without any record (``None``:
+        wait for one). Records that do not count (stale ones, which the learner only skips) are
+        carried along, at most ``max_skipped`` of them (``None``: no bound)."""
         out: list[Consumed] = []
-        weight = 0
+        weight, counted = 0, 0
         started = time.monotonic()
         first_at: float | None = None
         while True:
-            for msg in self.consumer.consume(num_messages=max_records - len(out), timeout=0.2):
+            room = max_records - counted
+            if max_skipped is not None:
+                room = min(room, max_skipped - (len(out) - counted))
+            room = max(1, room)
+            for msg in self.consumer.consume(num_messages=room, timeout=0.2):
                 if msg.error() is not None:
                     if msg.error().fatal() or msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise KafkaException(msg.error())
@@ -85,11 +93,16 @@ class RewardedConsumer:
                     continue  # a reward worker's position marker, not a rewarded session
                 value = msg.value() or b""
                 out.append(Consumed(msg.partition(), msg.offset(), value))
-                weight += weigh(value)
+                if counts(value):
+                    counted += 1
+                    weight += weigh(value)
             now = time.monotonic()
             if out and first_at is None:
                 first_at = now
-            if out and (len(out) >= max_records or weight >= max_weight or now - first_at >= wait_s):
+            skipped = len(out) - counted
+            full = counted >= max_records or weight >= max_weight
+            full = full or (max_skipped is not None and skipped >= max_skipped)
+            if out and (full or now - first_at >= wait_s):
                 return out
             if not out and idle_s is not None and now - started >= idle_s:
                 return out

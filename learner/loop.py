@@ -51,7 +51,7 @@ from ingest.producer import RecordProducer
 from ingest.quality import QualityReport, QualitySettings, check_batch, quarantine
 from learner import checkpoint, positions
 from learner.advantages import Baselines, FamilyStats
-from learner.batching import Limits, Outcome, Plan, collate, plan
+from learner.batching import Limits, Outcome, Plan, collate, looks_stale, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
@@ -247,10 +247,17 @@ class Learner:
             self.producer().produce([self.producer().dead_letter(letter) for letter in letters])
         return sessions, records, entries
 
-    def plan(self, sessions: list[RewardedSession]) -> Plan:
+    def counts(self) -> Callable[[bytes], bool]:
+        """What counts toward a micro-batch's size: a record that will not be skipped as stale (when
+        traffic outruns the learner, stale records ride along to the ledger without filling batches
+        that would otherwise train on a handful of fresh sessions)."""
+        limits = self.limits()
+        return lambda value: not looks_stale(value, limits)
+
+    def limits(self) -> Limits:
         s = self.settings
         parent = self.store.latest()
-        limits = Limits(
+        return Limits(
             parent=parent.version if parent else None,
             known_versions=frozenset(self.store.versions()),
             max_staleness=s.max_staleness,
@@ -258,6 +265,10 @@ class Learner:
             max_staleness_s=s.max_staleness_s,
             now=time.time(),
         )
+
+    def plan(self, sessions: list[RewardedSession]) -> Plan:
+        s = self.settings
+        limits = self.limits()
         baselines = {k: FamilyStats(**v) for k, v in self.state.baselines.items()}
         trained, seen = self.index.view(rs.session_id for rs in sessions)
         return plan(sessions, trained, seen, baselines, limits, s.advantage_params(), s.skip_uniform_batches)
@@ -560,7 +571,13 @@ def run(
             while not stop() and (max_batches is None or batches < max_batches):
                 health.beat(**learner.health())
                 consumed = learner.consumer.batch(
-                    s.batch_sessions, s.batch_tokens, s.batch_wait_s, idle_exit_s or 5.0, estimated_tokens
+                    s.batch_sessions,
+                    s.batch_tokens,
+                    s.batch_wait_s,
+                    idle_exit_s or 5.0,
+                    estimated_tokens,
+                    learner.counts(),
+                    max_skipped=16 * s.batch_sessions,
                 )
                 if consumed:
                     learner.step(consumed)

@@ -208,3 +208,33 @@ def test_a_group_that_differs_only_in_cost_is_left_out_and_the_rest_trains():
     assert max(abs(a) for a in flat_advantages) < 0.1  # what they would have carried: cost alone
     kept = plan(learnable + flat, {}, set(), {}, limits(), PARAMS, skip_uniform=False)
     assert {r.session_id for r in kept.rows} == {f"a{i}" for i in range(4)} | {f"b{i}" for i in range(4)}
+
+
+def test_looks_stale_reads_from_the_bytes_what_the_plan_skips_as_stale():
+    from datetime import timedelta
+
+    from learner.batching import check, looks_stale
+
+    now = rewarded("x", 0.0).session.created_at.timestamp()
+    old_session = rewarded("old", 1.0).session
+    records = {
+        "base, fresh": rewarded("a", 1.0),
+        "v5 at v6": rewarded("b", 1.0, version="v5"),
+        "v1 at v6": rewarded("c", 1.0, version="v1"),
+        "base at v6": rewarded("d", 1.0),
+        "recorded too long ago": rewarded("e", 1.0, version="v6").model_copy(
+            update={
+                "session": old_session.model_copy(
+                    update={"created_at": old_session.created_at - timedelta(hours=2)}
+                )
+            }
+        ),
+    }
+    known = frozenset(f"v{i}" for i in range(1, 7))
+    for parent in (None, "v6"):
+        bound = Limits(parent, known, 4, 4096, max_staleness_s=3600.0, now=now)
+        for name, rs in records.items():
+            assert looks_stale(rs.to_json(), bound) == (check(rs, bound) == "stale"), (parent, name)
+    bound = Limits("v6", known, 4, 4096, max_staleness_s=3600.0, now=now)
+    assert [looks_stale(rs.to_json(), bound) for rs in records.values()] == [True, False, True, True, True]
+    assert not looks_stale(b"{not json", bound) and not looks_stale(b'{"session": {}}', bound)
