@@ -50,7 +50,8 @@ NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 NonNegFloat = Annotated[float, Strict(), Field(ge=0.0, allow_inf_nan=False)]
 Logprob = Annotated[float, Strict(), Field(json_schema_extra={"maximum": 0})]  # finite, <= 0
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
-AdapterVersion = Annotated[str, StringConstraints(pattern=r"^v[0-9]+$", max_length=32)]
+ADAPTER_VERSION_PATTERN = r"^v[0-9]+$"  # v1, v2, ...: the learner numbers the versions it publishes
+AdapterVersion = Annotated[str, StringConstraints(pattern=ADAPTER_VERSION_PATTERN, max_length=32)]
 
 
 def utc_now() -> datetime:

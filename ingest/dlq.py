@@ -268,7 +268,7 @@ def read_replayed(
                     raise BrokerUnavailable(f"reading {log_topic}: {msg.error().str()}")
                 if msg.offset() >= marker:
                     return found
-                if not any(k == MARKER_HEADER for k, _ in msg.headers() or ()):
+                if not topics.is_marker(msg):
                     entry = json.loads(msg.value())
                     entry.pop("replayed_at", None)
                     found[entry["dead_letter"]] = Replayed(**entry)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.contract import (
+    ADAPTER_VERSION_PATTERN,
     MAX_SESSION_TOKENS,
     MAX_TURNS,
     AssistantTurn,
@@ -33,7 +34,6 @@ from ingest.contract import (
 )
 from ingest.producer import Delivery, RecordProducer
 
-ADAPTER_VERSION_REGEX = r"^v[0-9]+$"
 ID_COLUMN = "session_id"
 
 
@@ -132,7 +132,7 @@ def expectations(settings: QualitySettings) -> list:
         gxe.ExpectColumnValuesToBeInSet(column="logprobs_finite", value_set=[True]),
         gxe.ExpectColumnValuesToBeBetween(column="min_logprob", min_value=lo, max_value=0.0),
         gxe.ExpectColumnValuesToBeBetween(column="max_logprob", min_value=lo, max_value=0.0),
-        gxe.ExpectColumnValuesToMatchRegex(column="adapter_version", regex=ADAPTER_VERSION_REGEX),
+        gxe.ExpectColumnValuesToMatchRegex(column="adapter_version", regex=ADAPTER_VERSION_PATTERN),
         gxe.ExpectColumnValuesToBeInSet(column="turn_versions_match_policy", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="reward_finite", value_set=[True]),
         gxe.ExpectColumnValuesToBeBetween(

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
 
 from ingest.brokers import client_config
 
@@ -92,3 +95,44 @@ def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None, timeout_
             raise TimeoutError(f"topics {sorted(names)} not all visible after {timeout_s}s")
         time.sleep(0.1)
     return created
+
+
+def is_marker(message: Any) -> bool:
+    """Whether a consumed record is a reader's position marker (see ``REWARDED_MARKER_HEADER``)."""
+    return any(key == REWARDED_MARKER_HEADER for key, _ in message.headers() or ())
+
+
+class TopicReadError(RuntimeError):
+    pass
+
+
+def read_topic(bootstrap: str, topic: str, poll_s: float = 0.2, strict: bool = False) -> Iterator[list]:
+    """The records of ``topic`` from the beginning of every partition, a batch per poll (empty when none
+    came): iterate until the records read are enough or none came for long enough. End offsets are not
+    trusted (Tansu misreports them). Markers are left out. No group is joined, nothing is committed.
+
+    A missing topic is a :class:`TopicReadError`; so is a record the broker fails, with ``strict``
+    (else it is left out). Consuming starts at the first ``next()``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        client_config(
+            bootstrap, **{"group.id": f"ratchet-read-{uuid.uuid4().hex}", "enable.auto.commit": False}
+        )
+    )
+    try:
+        found = consumer.list_topics(timeout=10).topics.get(topic)  # all topics: asking for one may create it
+        if found is None or not found.partitions:
+            raise TopicReadError(f"topic {topic!r} does not exist on {bootstrap}")
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(found.partitions)])
+        while True:
+            batch = []
+            for message in consumer.consume(num_messages=1000, timeout=poll_s):
+                if message.error() is not None:
+                    if strict:
+                        raise TopicReadError(f"reading {topic} from {bootstrap}: {message.error()}")
+                elif not is_marker(message):
+                    batch.append(message)
+            yield batch
+    finally:
+        consumer.close()

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ingest.durable import append_durable, fsync_path, fsync_tree
+
 CKPT_RE = re.compile(r"^ckpt-([0-9]{8})$")
 
 
@@ -67,20 +69,6 @@ class Checkpoint:
         return self.path / "optimizer.pt"
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(folder: Path) -> None:
-    for path in sorted(folder.rglob("*"), reverse=True):
-        _fsync(path)
-    _fsync(folder)
-
-
 def checkpoints_dir(state_dir: Path) -> Path:
     return Path(state_dir) / "checkpoints"
 
@@ -109,10 +97,10 @@ def save(
     save_adapter(partial / "adapter")
     torch.save(optimizer.state_dict(), partial / "optimizer.pt")
     (partial / "state.json").write_text(state.to_json())
-    _fsync_tree(partial)
+    fsync_tree(partial)
     target = root / f"ckpt-{state.checkpoint:08d}"
     partial.rename(target)
-    _fsync(root)
+    fsync_path(root)
     for old in sorted(p for p in root.iterdir() if CKPT_RE.match(p.name))[:-keep]:
         shutil.rmtree(old)
     return Checkpoint(target, state)
@@ -142,12 +130,9 @@ class Ledger:
 
     def append(self, entries: list[dict[str, Any]]) -> int:
         """Append ``entries``; returns the ledger's new length in bytes."""
-        with self.path.open("ab") as fh:
-            for entry in entries:
-                fh.write(json.dumps(entry, sort_keys=True).encode() + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-            return fh.tell()
+        return append_durable(
+            self.path, b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in entries)
+        )
 
     def read(self) -> list[dict[str, Any]]:
         with self.path.open("rb") as fh:

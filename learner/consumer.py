@@ -89,7 +89,7 @@ class RewardedConsumer:
                     if msg.error().fatal() or msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise KafkaException(msg.error())
                     continue
-                if any(key == topics.REWARDED_MARKER_HEADER for key, _ in msg.headers() or ()):
+                if topics.is_marker(msg):
                     continue  # a reward worker's position marker, not a rewarded session
                 value = msg.value() or b""
                 out.append(Consumed(msg.partition(), msg.offset(), value))

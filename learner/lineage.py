@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-BASE = "base"  # the head (or champion) when it is the base model itself
+from learner.store import BASE  # the head (or champion) when it is the base model itself
 
 
 @dataclass(frozen=True)

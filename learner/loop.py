@@ -11,12 +11,10 @@ checkpoint and records that checkpoint in its data window, so a restart never
 publishes the same state twice; half-written versions and checkpoints are
 invisible (renamed into place) and cleaned on start.
 
-MLflow is written after the checkpoint (and the commit), idempotently: a
-window's run is found by its ``window_key`` tag (derived from the checkpointed
-window) before one is created, and each update's metrics are logged with the
-update number as step and a timestamp kept in the checkpoint, so a restart
-replays the checkpoint's last write and MLflow drops the identical copy. A crash
-anywhere leaves neither a duplicated step nor a second run for one window.
+MLflow is written after the checkpoint (and the commit), idempotently, so a
+restart replays the checkpoint's last write and MLflow drops the identical copy:
+a crash anywhere leaves neither a duplicated step nor a second run for one
+window (see :mod:`learner.publishing`).
 
 Records are de-duplicated by ``(session_id, revision)``; amendments and skips
 are described in :mod:`learner.batching`. What the de-duplication and the
@@ -31,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import os
-import shutil
 import signal
 import sys
 import time
@@ -55,10 +51,11 @@ from learner.batching import Limits, Outcome, Plan, collate, looks_stale, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
-from learner.lineage import BASE, GateView, read_gate, rebase_target
+from learner.lineage import GateView, read_gate, rebase_target
+from learner.publishing import Publisher, optimizer_snapshot
+from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings, load_settings
-from learner.store import AdapterStore, StoreError, version_number
-from learner.tracking import WindowTracker
+from learner.store import BASE, AdapterStore, StoreError, version_number
 from learner.trainer import Trainer, load_policy
 
 SOURCE = "learner"
@@ -139,7 +136,7 @@ class Learner:
                 self.consumer.close()  # nothing was consumed; leave no client polling a broker
                 raise
             self.consumer.commit(self.state.offsets)  # the checkpoint is the truth; the group may lag it
-        self.tracker = WindowTracker(settings.mlflow_url, settings.mlflow_experiment)
+        self.publisher = Publisher(settings, self.store, progress, self.crash_point)
         self.crash_at = os.environ.get(CRASH_POINT_ENV)
         self._producer: RecordProducer | None = None
         self.quality_settings = load(QualitySettings, "quality") if settings.quality_check else None
@@ -220,7 +217,7 @@ class Learner:
         )
         self.state.updates += int(batch.train)
         entries += self.remember(records, batch.outcomes, batch.train)
-        self.account(batch.outcomes, metrics)
+        self.publisher.account(self.state, batch.outcomes, metrics)
         ckpt = self.persist(consumed, batch.baselines, entries)
         self.crash_point("checkpointed")
         if metrics:
@@ -310,14 +307,11 @@ class Learner:
         """The great-expectations check of a micro-batch (its latest revision of each session). When
         the batch fails, only the sessions that fail are quarantined to the dead-letter topic (every
         record of theirs in the batch, each with its reason in the ledger); the rest go on."""
-        latest: dict[str, RewardedSession] = {}
-        for rs in sessions:
-            if rs.session_id not in latest or rs.revision > latest[rs.session_id].revision:
-                latest[rs.session_id] = rs
+        latest = latest_revisions(sessions)
         report = check_batch(list(latest.values()), self.quality_settings)
         if report.success:
             return sessions, records, []
-        reasons = self.failing(latest, report)
+        reasons = failing(latest, report, self.quality_settings)
         bad = [rs for sid, rs in latest.items() if sid in reasons]
         letters = QualityReport(False, report.failures, {}, len(bad), reasons)
         quarantine(self.producer(), bad, letters, SOURCE)
@@ -332,77 +326,9 @@ class Learner:
                 kept_records.append(record)
         return kept_sessions, kept_records, entries
 
-    def failing(self, latest: dict[str, RewardedSession], report: QualityReport) -> dict[str, list[str]]:
-        """The sessions of a failed batch that fail, with their failures: the rows great-expectations
-        names as unexpected, then, if the others still fail together, each of those checked alone."""
-        reasons = {sid: list(r) for sid, r in report.record_failures.items() if sid in latest}
-        rest = [rs for sid, rs in latest.items() if sid not in reasons]
-        if rest and (not reasons or not check_batch(rest, self.quality_settings).success):
-            for rs in rest:
-                own = check_batch([rs], self.quality_settings)
-                if not own.success:
-                    reasons[rs.session_id] = own.record_failures.get(rs.session_id) or own.failures
-        if not reasons:  # the batch fails as a whole only (a table-level expectation): all of it
-            why = "quarantined with its batch, which failed: " + "; ".join(report.failures)
-            reasons = {sid: [why] for sid in latest}
-        return reasons
-
-    def account(self, outcomes: list[Outcome], metrics: dict[str, float] | None) -> None:
-        """Add a micro-batch to the window's sums, and the update's MLflow record to the window: both
-        go into the checkpoint, and MLflow is written only after it (:meth:`track`)."""
-        window = self.state.window
-        counts = window.setdefault("counts", {})
-        for o in outcomes:
-            counts[o.kind] = counts.get(o.kind, 0) + 1
-        if metrics is None:
-            return
-        if not window.get("opened_at"):
-            window["opened_at"] = time.time()
-            window["first_update"] = self.state.updates
-            origin = f"{self.settings.learner_group}|{self.settings.rewarded_topic}|{self.state.updates}|"
-            origin += ",".join(f"{p}:{o}" for p, o in sorted(self.state.offsets.items()))
-            window["key"] = hashlib.sha256(origin.encode()).hexdigest()[:32]
-        staleness = window.setdefault("staleness", {})
-        stale_values = [o.staleness for o in outcomes if o.trained() is not None and o.staleness is not None]
-        for value in stale_values:
-            staleness[str(value)] = staleness.get(str(value), 0) + 1
-        sums = window.setdefault("sums", {})
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + value
-        window["updates"] = window.get("updates", 0) + 1
-        step_metrics = dict(metrics)
-        if stale_values:
-            step_metrics["staleness_mean"] = sum(stale_values) / len(stale_values)
-            step_metrics["staleness_max"] = float(max(stale_values))
-        window["last"] = {
-            "step": self.state.updates,
-            "timestamp_ms": int(time.time() * 1000),
-            "metrics": step_metrics,
-        }
-
-    def window_run(self) -> str | None:
-        """The current window's MLflow run: the one already made for its key, else a new one."""
-        window = self.state.window
-        if not window.get("key"):
-            return None
-        if not window.get("run_id"):
-            window["run_id"] = self.tracker.open(
-                window["key"],
-                dataclasses.asdict(self.settings),
-                {
-                    "window": f"after-update-{window['first_update'] - 1}",
-                    "learner_group": self.settings.learner_group,
-                },
-            )
-        return window["run_id"]
-
     def track(self) -> None:
         """Write the checkpointed update's MLflow record (again, after a restart: MLflow keeps one)."""
-        last = self.state.window.get("last")
-        if last is None:
-            return
-        self.tracker.log(self.window_run(), last["step"], last["metrics"], last["timestamp_ms"])
-        self.crash_point("tracked")
+        self.publisher.track(self.state)
 
     # --- following the gate (learner/lineage.py) ----------------------------------------
 
@@ -440,9 +366,7 @@ class Learner:
             return None
 
     def optimizer_snapshot(self, checkpoint_number: int) -> Path:
-        return (
-            Path(self.settings.learner_state_dir) / "published" / f"ckpt-{checkpoint_number:08d}.optimizer.pt"
-        )
+        return optimizer_snapshot(self.settings.learner_state_dir, checkpoint_number)
 
     def rebase(self, target: str) -> None:
         """Continue from ``target``'s weights and the AdamW state it was published with.
@@ -470,81 +394,18 @@ class Learner:
         self.progress(f"rebased on {target} (the gate left {head}'s line): its weights, {optimizer}")
         self.crash_point("rebased")
 
-    # --- publishing ---------------------------------------------------------------------
-
-    def published_updates(self) -> int:
-        latest = self.store.latest()
-        return latest.manifest.data_window.get("updates", 0) if latest else 0
+    # --- publishing (learner/publishing.py) --------------------------------------------
 
     def publish_if_due(self, ckpt: Checkpoint | None) -> None:
-        if ckpt is None or ckpt.state.checkpoint != self.state.checkpoint:
-            return
-        since = self.state.updates - self.published_updates()
-        opened_at = self.state.window.get("opened_at") or time.time()
-        if since >= self.settings.publish_every_updates or (
-            since > 0 and time.time() - opened_at >= self.settings.publish_every_s
-        ):
-            self.publish(ckpt)
-
-    def publish(self, ckpt: Checkpoint) -> None:
-        state, window = ckpt.state, self.state.window
-        parent = None if self.state.head == BASE else self.state.head
-        previous = self.store.latest()
-        n = max(1, window.get("updates", 0))
-        means = {f"mean_{k}": v / n for k, v in window.get("sums", {}).items()}
-        data_window = {
-            "topic": self.settings.rewarded_topic,
-            "offsets_from": previous.manifest.data_window.get("offsets_to", {}) if previous else {},
-            "offsets_to": {str(p): o for p, o in sorted(state.offsets.items())},
-            "checkpoint": state.checkpoint,
-            "updates": state.updates,
-            "window_updates": window.get("updates", 0),
-            "outcomes": window.get("counts", {}),
-        }
-        self.progress(f"publishing update {state.updates} (checkpoint {state.checkpoint})")
-        self.keep_optimizer(ckpt)
-        stored = self.store.publish(
-            ckpt.adapter_dir,
-            self.settings.base_model_name,
-            parent=parent,
-            data_window=data_window,
-            metrics=means,
-        )
-        self.progress(f"published {stored.version} (parent {parent or BASE})")
-        self.state.head = stored.version
-        self.trainer.weights_are = stored.version  # the checkpoint published is the latest one
-        self.close_window(stored.version)
-
-    def keep_optimizer(self, ckpt: Checkpoint) -> None:
-        """The AdamW state a version is published with, kept for a rebase on it (the latest few)."""
-        target = self.optimizer_snapshot(ckpt.state.checkpoint)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        shutil.copyfile(ckpt.optimizer_path, tmp)
-        os.replace(tmp, target)
-        for old in sorted(target.parent.glob("ckpt-*.optimizer.pt"))[
-            : -self.settings.keep_published_optimizers
-        ]:
-            old.unlink()
+        if self.publisher.due(self.state, ckpt):
+            stored = self.publisher.publish(self.state, ckpt)
+            self.trainer.weights_are = stored.version  # the checkpoint published is the latest one
+            self.publisher.close_window(self.state, stored.version)
 
     def settle_publish(self, ckpt: Checkpoint) -> None:
         """After a restart: close the window a publish from this checkpoint already covered, or publish if due."""
-        latest = self.store.latest()
-        if latest is not None and latest.manifest.data_window.get("checkpoint") == ckpt.state.checkpoint:
-            self.state.head = latest.version
-            if self.state.window.get("opened_at"):
-                self.close_window(latest.version)
-            return
-        self.publish_if_due(ckpt)
-
-    def close_window(self, version: str) -> None:
-        window = self.state.window
-        summary = {f"staleness_{k}": float(v) for k, v in window.get("staleness", {}).items()}
-        summary.update({f"count_{k}": float(v) for k, v in window.get("counts", {}).items()})
-        at_ms = window.get("last", {}).get("timestamp_ms")
-        tags = {"adapter_version": version}
-        self.tracker.close(self.window_run(), self.state.updates, summary, tags, at_ms)
-        self.state.window = {}
+        if not self.publisher.settle(self.state, ckpt):
+            self.publish_if_due(ckpt)
 
     def close(self) -> None:
         self.consumer.close()

@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-VERSION_RE = re.compile(r"^v([0-9]+)$")
+from ingest.contract import ADAPTER_VERSION_PATTERN
+from ingest.durable import fsync_path
+
+VERSION_RE = re.compile(ADAPTER_VERSION_PATTERN)
+BASE = "base"  # the base model itself (no adapter) where a version is named: labels, counts, lineage
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 MANIFEST = "manifest.json"
 
@@ -69,10 +73,10 @@ class StoredAdapter:
 
 
 def version_number(version: str) -> int:
-    match = VERSION_RE.match(version)
-    if not match:
+    """3 for ``v3``; anything else is refused (``base`` included: it names no adapter)."""
+    if not VERSION_RE.match(version):
         raise StoreError(f"{version!r} is not an adapter version (expected v<number>, e.g. v3)")
-    return int(match.group(1))
+    return int(version[1:])
 
 
 def content_hash(folder: Path) -> str:
@@ -87,14 +91,6 @@ def content_hash(folder: Path) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
     return "sha256:" + digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class AdapterStore:
@@ -168,10 +164,9 @@ class AdapterStore:
                 )
                 (staging / MANIFEST).write_text(manifest.to_json())
                 for child in staging.iterdir():
-                    with child.open("rb") as fh:
-                        os.fsync(fh.fileno())
+                    fsync_path(child)
                     child.chmod(0o444)
-                _fsync_dir(staging)
+                fsync_path(staging)
                 target = self.versions_dir / version
                 try:
                     staging.rename(target)  # atomic; fails if another publisher took the number
@@ -181,7 +176,7 @@ class AdapterStore:
                             child.chmod(0o644)
                         continue
                     raise
-                _fsync_dir(self.versions_dir)
+                fsync_path(self.versions_dir)
                 return StoredAdapter(version, target, manifest)
         finally:
             if staging.exists():
@@ -287,8 +282,7 @@ def zero_adapter(root: Path, like: Path | None = None, model_dir: Path | None = 
         save_file(weights, staging / ADAPTER_FILES[0])
         (staging / ADAPTER_FILES[1]).write_bytes(config)
         for child in staging.iterdir():
-            with child.open("rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_path(child)
         staging.rename(folder)
     except OSError:
         if not (folder / ADAPTER_FILES[0]).exists():

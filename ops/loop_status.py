@@ -34,6 +34,7 @@ import httpx
 from ingest import topics
 from ingest.brokers import client_config
 from ingest.config import ConfigError
+from learner.store import BASE
 
 PROBE_TIMEOUT_S = 1.0  # one HTTP probe, one broker metadata call
 READ_DEADLINE_S = 3.0  # reading a set of partitions to their end
@@ -233,7 +234,7 @@ def rates(
                         continue
                     ts = msg.timestamp()[1]
                     oldest[tp] = min(oldest.get(tp, ts), ts)
-                    marker = any(k == topics.REWARDED_MARKER_HEADER for k, _ in msg.headers() or ())
+                    marker = topics.is_marker(msg)
                     if ts >= since_ms and not marker:
                         counts[tp[0]] += 1
                     if msg.offset() == todo[tp][1] - 1:
@@ -368,14 +369,14 @@ def logged_champion(decisions: list[dict]) -> dict[str, Any]:
     """The champion the decision log leads to (its last entry's state; None there is the base model),
     and the last promotion, approval or rollback."""
     if not decisions:
-        return {"version": "base", "by": "no decision logged"}
+        return {"version": BASE, "by": "no decision logged"}
     moved = [
         d for d in decisions if d.get("decision") == "promote" or d.get("action") in ("rollback", "reject")
     ]
     by = moved[-1] if moved else decisions[-1]
     state = decisions[-1].get("state") or {}
     out = {
-        "version": state.get("champion") or "base",
+        "version": state.get("champion") or BASE,
         "by": f"{by.get('action')} {by.get('version')} ({by.get('decision')}) at {by.get('at')}",
     }
     if state.get("canary"):  # on trial: the version served before it keeps the alias meanwhile
@@ -387,7 +388,7 @@ def logged_champion(decisions: list[dict]) -> dict[str, Any]:
             ),
             {},
         )
-        out |= {"canary": state["canary"], "incumbent": began.get("champion_before") or "base"}
+        out |= {"canary": state["canary"], "incumbent": began.get("champion_before") or BASE}
     return out
 
 
@@ -403,7 +404,7 @@ def replica_status(report: dict, decisions: list[dict], routed: str | None) -> d
         if not r.get("healthy"):
             serves = None
         elif alias is None:
-            serves = "base"
+            serves = BASE
         else:
             serves = alias if alias in r.get("routed", []) else None
         replicas.append(

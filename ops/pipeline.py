@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from gating.records import create_decision_key
 from ingest.config import load
+from learner.store import BASE
 from ops.stack import Component, Stack, StackSettings, http_ok
 from ops.stack import load_settings as load_stack_settings
 
@@ -42,7 +44,18 @@ def load_settings(**overrides) -> PipelineSettings:
     return load(PipelineSettings, "pipeline", **overrides)
 
 
-STAGES = ("ingest", "proxy", "rewards", "learner", "gate", "review", "serving", "traces")
+# The loop's stages in start order, each with the `ratchet` command its process runs.
+STAGE_COMMANDS = {
+    "ingest": ("ingest", "serve"),
+    "proxy": ("proxy", "serve"),
+    "rewards": ("rewards", "worker"),
+    "learner": ("learner", "run"),
+    "gate": ("gate", "run"),
+    "review": ("gate", "serve"),
+    "serving": ("serving", "run"),
+    "traces": ("traces", "run"),
+}
+STAGES = tuple(STAGE_COMMANDS)
 
 
 def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
@@ -85,84 +98,29 @@ def decision_key_path(state_dir: Path) -> Path:
     return state_dir / "secrets" / "decision.key"
 
 
-def stages(ps: PipelineSettings):
-    """A ``stages`` callback for :class:`ops.stack.Stack`."""
+def stages(ps: PipelineSettings) -> Callable[[Stack], list[Component]]:
+    """The loop's stage processes, as the ``stages`` of :class:`ops.stack.Stack` (after the stack's own)."""
 
     def build(stack: Stack) -> list[Component]:
         s = stack.settings
         env = stage_env(s, ps)
-        cli = [sys.executable, "-m", "ops.cli"]
-        host = s.host
 
-        def url(port: int) -> str:
-            return f"http://{host}:{port}"
+        def stage(name: str, port: int, health: str, **extra) -> Component:
+            url = f"http://{s.host}:{port}"
+            argv = [sys.executable, "-m", "ops.cli", *STAGE_COMMANDS[name]]
+            return Component(
+                name, argv, url, port, health=lambda: http_ok(f"{url}{health}"), env=env, **extra
+            )
 
         return [
-            Component(
-                "ingest",
-                [*cli, "ingest", "serve"],
-                url(ps.ingest_port),
-                ps.ingest_port,
-                health=lambda: http_ok(f"{url(ps.ingest_port)}/healthz"),
-                env=env,
-            ),
-            Component(
-                "proxy",
-                [*cli, "proxy", "serve"],
-                url(ps.proxy_port),
-                ps.proxy_port,
-                health=lambda: http_ok(f"{url(ps.proxy_port)}/health"),
-                env=env,
-            ),
-            Component(
-                "rewards",
-                [*cli, "rewards", "worker"],
-                url(ps.rewards_metrics_port),
-                ps.rewards_metrics_port,
-                health=lambda: http_ok(f"{url(ps.rewards_metrics_port)}/metrics"),
-                env=env,
-            ),
-            Component(
-                "learner",
-                [*cli, "learner", "run"],
-                url(ps.learner_health_port),
-                ps.learner_health_port,
-                health=lambda: http_ok(f"{url(ps.learner_health_port)}/health"),
-                env=env,
-            ),
-            Component(
-                "gate",
-                [*cli, "gate", "run"],
-                url(ps.gate_health_port),
-                ps.gate_health_port,
-                health=lambda: http_ok(f"{url(ps.gate_health_port)}/health"),
-                env=env,
-            ),
-            Component(
-                "review",
-                [*cli, "gate", "serve"],
-                url(ps.gate_port),
-                ps.gate_port,
-                health=lambda: http_ok(f"{url(ps.gate_port)}/health"),
-                env=env,
-            ),
-            Component(
-                "serving",
-                [*cli, "serving", "run"],
-                url(ps.controller_metrics_port),
-                ps.controller_metrics_port,
-                health=lambda: http_ok(f"{url(ps.controller_metrics_port)}/metrics"),
-                env=env,
-                start_timeout_s=120,
-            ),
-            Component(
-                "traces",
-                [*cli, "traces", "run"],
-                url(ps.traces_health_port),
-                ps.traces_health_port,
-                health=lambda: http_ok(f"{url(ps.traces_health_port)}/health"),
-                env=env,
-            ),
+            stage("ingest", ps.ingest_port, "/healthz"),
+            stage("proxy", ps.proxy_port, "/health"),
+            stage("rewards", ps.rewards_metrics_port, "/metrics"),
+            stage("learner", ps.learner_health_port, "/health"),
+            stage("gate", ps.gate_health_port, "/health"),
+            stage("review", ps.gate_port, "/health"),
+            stage("serving", ps.controller_metrics_port, "/metrics", start_timeout_s=120),
+            stage("traces", ps.traces_health_port, "/health"),
         ]
 
     return build
@@ -191,7 +149,7 @@ def routed_version(stack: StackSettings, ps: PipelineSettings) -> str | None:
     policy = routes.get("routes", routes).get("policy") if isinstance(routes, dict) else None
     if isinstance(policy, dict):
         policy = policy.get("adapter_version") or policy.get("version")
-    return policy or "base"
+    return policy or BASE
 
 
 def serving_report(state_dir: Path) -> dict:

@@ -36,6 +36,7 @@ from gating.arith import ExpressionError, safe_eval
 from gating.tasks import ANSWER_KEY_PATH, CALCULATOR, FORMAT, HONEYPOT, Task, sample_tasks
 from gating.verifiers import parse_tool_call, verify
 from ingest.config import load
+from learner.store import BASE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +186,7 @@ class Simulator:
             task.family,
             verdict.passed,
             shortcut,
-            None if version in (None, "base") else version,
+            None if version in (None, BASE) else version,
             time.time(),
         )
 
@@ -268,7 +269,7 @@ class Simulator:
         n = len(self.results)
         calc = [r for r in self.results if r.family == CALCULATOR]
         rate = sum(r.passed for r in calc) / len(calc) if calc else 0.0
-        versions = Counter(r.adapter_version or "base" for r in self.results[-20:])
+        versions = Counter(r.adapter_version or BASE for r in self.results[-20:])
         errors = f", errors {dict(self.errors)}" if self.errors else ""
         return f"simulator: {n} sessions, calculator success {rate:.2f}, recent versions {dict(versions)}{errors}"
 

@@ -37,7 +37,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -47,12 +46,13 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gating.records import read_decision_key
-from learner.store import AdapterStore, StoreError, zero_adapter
+from ingest.durable import replacing
+from learner.store import BASE, AdapterStore, StoreError, version_number, zero_adapter
 from serving import reconcile, replicas
 from serving.champion import REFUSALS, Champion, ChampionUnknown, champion_version, desired, read_champion
 from serving.probe import ExpectedLogprobs, ProbeMismatch
 from serving.reconcile import ProxyReport
-from serving.replicas import BASE, Loadable, Observation
+from serving.replicas import Loadable, Observation
 from serving.routing import Routes, RoutesFileError, read_routes, write_routes
 from serving.settings import ControllerSettings
 from serving.vllm_admin import VLLMClient, VLLMError
@@ -386,7 +386,7 @@ class Controller:
         canary = routes.canary.get(self.settings.policy_alias)
         parts = []
         for r in routes.replicas:
-            served = ([BASE] if r.base else []) + sorted(r.versions, key=reconcile.number)
+            served = ([BASE] if r.base else []) + sorted(r.versions, key=version_number)
             parts.append(f"{r.url}={'+'.join(served) or '-'}{'' if r.healthy else '(down)'}")
         trial = f" (canary {canary.version} for {canary.share:.0%} of new sessions)" if canary else ""
         self.log(
@@ -412,7 +412,7 @@ class Controller:
         return Routes({self.settings.policy_alias: None}, (), 0)
 
     def _write_status(self, desired, keep, observations: list[Observation], reports) -> None:
-        routed = {r.url: sorted(r.versions, key=reconcile.number) for r in self.routes.replicas}
+        routed = {r.url: sorted(r.versions, key=version_number) for r in self.routes.replicas}
         base_routed = {r.url: r.base for r in self.routes.replicas}
         status = {
             "updated_at": time.time(),
@@ -430,7 +430,7 @@ class Controller:
                     "url": o.url,
                     "healthy": o.healthy,
                     "error": o.error,
-                    "loaded": sorted(o.loaded, key=reconcile.number),
+                    "loaded": sorted(o.loaded, key=version_number),
                     "routed": routed.get(o.url, []),
                     "base_adapter": {"loaded": o.base_loaded, "routed": base_routed.get(o.url, False)},
                     "failures": {v: f.reason for (u, v), f in self.failures.items() if u == o.url},
@@ -451,10 +451,8 @@ class Controller:
         return json.loads(path.read_text()) if path.exists() else default
 
     def _write_json(self, name: str, data: dict) -> None:
-        path = self.settings.serving_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
+        with replacing(self.settings.serving_dir / name, fsync=False) as tmp:
+            tmp.write_text(json.dumps(data, indent=2) + "\n")
 
     @contextlib.contextmanager
     def exclusive(self):

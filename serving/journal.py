@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+from ingest.durable import append_durable
+
 
 class JournalError(RuntimeError):
     pass
@@ -29,22 +31,11 @@ class SessionJournal:
         return self.folder / f"{hashlib.sha256(session_id.encode()).hexdigest()[:32]}.jsonl"
 
     def start(self, header: dict) -> None:
-        path = self.path(header["session_id"])
-        with path.open("x") as fh:
-            fh.write(json.dumps({"kind": "start", **header}) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        fd = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        line = json.dumps({"kind": "start", **header}) + "\n"
+        append_durable(self.path(header["session_id"]), line.encode(), new=True)
 
     def append(self, session_id: str, entry: dict) -> None:
-        with self.path(session_id).open("a") as fh:
-            fh.write(json.dumps({"kind": "turns", **entry}) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_durable(self.path(session_id), (json.dumps({"kind": "turns", **entry}) + "\n").encode())
 
     def read(self, session_id: str) -> list[dict] | None:
         """The entries of an open session (header first), or None if it has no journal.

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from serving.replicas import BASE, Observation  # BASE: the base model's key in counts and verified sets
+from learner.store import BASE, version_number  # BASE: the base model's key in counts and verified sets
+from serving.replicas import Observation
 from serving.routing import Canary, Replica, Routes
 
 
@@ -36,12 +37,8 @@ class ProxyReport:
         return cls(url, int(state["generation"]), dict(state["inflight"]), dict(state["open_sessions"]))
 
 
-def number(version: str) -> int:
-    return int(version[1:])
-
-
 def newest_first(versions) -> list[str]:
-    return sorted(set(versions), key=number, reverse=True)
+    return sorted(set(versions), key=version_number, reverse=True)
 
 
 def note_served(history: list[str | None], routed: str | None, limit: int = 100) -> list[str | None]:

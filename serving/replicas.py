@@ -8,11 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from learner.store import AdapterStore, StoredAdapter, StoreError
+from learner.store import BASE, AdapterStore, StoredAdapter, StoreError
 from serving.probe import PROBE_PROMPT, ExpectedLogprobs, ProbeResult, check
 from serving.vllm_admin import VLLMClient
-
-BASE = "base"  # the base model's key among versions (the proxies' counts, the controller's verified sets)
 
 
 @dataclass(frozen=True)

@@ -34,14 +34,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ingest.durable import replacing
+from learner.store import VERSION_RE, version_number
 from serving.settings import ProxySettings
-
-VERSION_RE = re.compile(r"^v[0-9]+$")
 
 
 class UnknownModel(LookupError):
@@ -101,7 +100,7 @@ class Routes:
             {
                 "url": r.url,
                 "healthy": r.healthy,
-                "versions": sorted(r.versions or (), key=_number),
+                "versions": sorted(r.versions or (), key=version_number),
                 **({"base": r.base} if self.base_adapter else {}),
             }
             for r in self.replicas
@@ -124,10 +123,6 @@ class Routes:
             other.base_adapter,
             other.canary,
         )
-
-
-def _number(version: str) -> int:
-    return int(version[1:])
 
 
 def _check_version(version: str | None, where: str) -> None:
@@ -197,17 +192,8 @@ def write_routes(path: Path, routes: Routes) -> None:
     """Replace the routes file atomically: readers see the old or the new file, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with tmp.open("w") as fh:
-        fh.write(json.dumps(routes.to_json(), indent=2) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(routes.to_json(), indent=2) + "\n")
 
 
 class RoutingTable:
@@ -321,8 +307,3 @@ class RoutingTable:
         routes = self.routes()
         through_adapter = route.adapter_version is None and route.model != self.base_model
         return [r for r in routes.replicas if r.serves(route.adapter_version, through_adapter)]
-
-
-def load_routing_file(path: Path) -> dict[str, str | None]:
-    """The aliases of a routes file."""
-    return read_routes(path).aliases

@@ -44,7 +44,6 @@ from ingest import topics
 from ingest.brokers import client_config
 from ingest.examples import example_outcome, example_session
 from ops.stack import REPO, Stack, StackSettings, free_port
-from rewards.stream_io import HEADER_MARKER
 
 PARTITIONS = 4
 SOURCE = "bench.in.v1"  # the bare loop's input: the same values as sessions.v1
@@ -136,7 +135,7 @@ def last_output_ms(
                 if worker.poll() is not None:
                     raise RuntimeError(f"a rewards worker exited with {worker.returncode}")
             for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is None and HEADER_MARKER not in dict(msg.headers() or []):
+                if msg.error() is None and not topics.is_marker(msg):
                     stamps.append(msg.timestamp()[1])
     finally:
         consumer.close()

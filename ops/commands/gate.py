@@ -117,10 +117,11 @@ def state(args: argparse.Namespace) -> int:
     from gating.decisions import DecisionLog
     from gating.records import Registry
     from gating.settings import load_settings
+    from learner.store import BASE
 
     s = load_settings()
     current = DecisionLog(s.decision_log_path).state()
-    out = {"champion": current.champion or "base", "challenger": current.challenger}
+    out = {"champion": current.champion or BASE, "challenger": current.challenger}
     if args.mlflow:
         out["mlflow_aliases"] = Registry(s.mlflow_url, s.registered_model, s.gate_experiment).aliases()
     print(json.dumps(out, indent=2, sort_keys=True))

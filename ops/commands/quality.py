@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-import uuid
 from dataclasses import dataclass
-
-from ingest.brokers import client_config
 
 
 class SampleError(RuntimeError):
@@ -30,37 +28,21 @@ def consume_sample(bootstrap: str, topic: str, limit: int, idle_timeout_s: float
     Stops after ``limit`` records or when nothing arrives for ``idle_timeout_s``
     (end offsets are not trusted: Tansu reports wrong ones). No consumer group
     is joined and no offset is committed."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from ingest.topics import TopicReadError, read_topic
 
-    from ingest import topics
-
-    consumer = Consumer(
-        {
-            **client_config(bootstrap),
-            "group.id": f"ratchet-quality-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
+    records: list[Sampled] = []
+    idle_until = time.monotonic() + idle_timeout_s
     try:
-        found = consumer.list_topics(timeout=10).topics.get(topic)  # all topics: asking for one may create it
-        if found is None or not found.partitions:
-            raise SampleError(f"topic {topic!r} does not exist on {bootstrap}")
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(found.partitions)])
-        records: list[Sampled] = []
-        idle_until = time.monotonic() + idle_timeout_s
-        while len(records) < limit and time.monotonic() < idle_until:
-            for message in consumer.consume(num_messages=min(500, limit - len(records)), timeout=0.2):
-                if message.error() is not None:
-                    raise SampleError(f"reading {topic} from {bootstrap}: {message.error()}")
-                if any(key == topics.REWARDED_MARKER_HEADER for key, _ in message.headers() or ()):
-                    continue  # a reward worker's position marker, not a record
-                records.append(
-                    Sampled(topic, message.partition(), message.offset(), message.key(), message.value())
-                )
-                idle_until = time.monotonic() + idle_timeout_s
-        return records[:limit]
-    finally:
-        consumer.close()
+        with contextlib.closing(read_topic(bootstrap, topic, strict=True)) as batches:
+            while len(records) < limit and time.monotonic() < idle_until:
+                for message in next(batches):
+                    records.append(
+                        Sampled(topic, message.partition(), message.offset(), message.key(), message.value())
+                    )
+                    idle_until = time.monotonic() + idle_timeout_s
+    except TopicReadError as exc:
+        raise SampleError(str(exc)) from None
+    return records[:limit]
 
 
 def run(args: argparse.Namespace) -> int:

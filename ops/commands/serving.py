@@ -71,6 +71,7 @@ def load_cache_dir():
 def status_report(settings) -> dict:
     """Per replica: health and loaded versions (asked now), routed versions (the routes file), and the
     controller's last report (failures, problems)."""
+    from learner.store import version_number
     from serving import replicas
     from serving.routing import RoutesFileError, read_routes
     from serving.vllm_admin import VLLMClient
@@ -84,7 +85,7 @@ def status_report(settings) -> dict:
     status_path = settings.serving_dir / "status.json"
     last = json.loads(status_path.read_text()) if status_path.exists() else {}
     failures = {r["url"]: r.get("failures", {}) for r in last.get("replicas", [])}
-    routed = {r.url: sorted(r.versions, key=lambda v: int(v[1:])) for r in routes.replicas} if routes else {}
+    routed = {r.url: sorted(r.versions, key=version_number) for r in routes.replicas} if routes else {}
     alias = routes.aliases.get(settings.policy_alias) if routes else None
     base_adapter = routes.base_adapter if routes else None
     base_on = {r.url: r.serves(None, base_adapter is not None) for r in routes.replicas} if routes else {}
@@ -101,7 +102,7 @@ def status_report(settings) -> dict:
                 "replica": url,
                 "healthy": seen.healthy,
                 "error": seen.error,
-                "loaded": sorted(seen.loaded, key=lambda v: int(v[1:])),
+                "loaded": sorted(seen.loaded, key=version_number),
                 "routed": routed.get(url, []),
                 "base": base_on.get(url, False),  # routed for the base model (its zero adapter if named)
                 "serves_alias": seen.healthy
@@ -126,11 +127,13 @@ def status_report(settings) -> dict:
 
 
 def print_status(report: dict) -> None:
-    alias = report["routed_version"] or "base"
+    from learner.store import BASE
+
+    alias = report["routed_version"] or BASE
     age = report["controller_updated_s_ago"]
     seen = f"controller's last pass {age:.0f}s ago" if age is not None else "controller has not run"
     print(
-        f"{report['alias']} -> {alias}  (champion {report['champion'] or 'base'}, routes generation "
+        f"{report['alias']} -> {alias}  (champion {report['champion'] or BASE}, routes generation "
         f"{report['generation']}, {seen})"
     )
     if report["routes_error"]:
@@ -143,7 +146,7 @@ def print_status(report: dict) -> None:
         mark = "ok " if r["healthy"] and r["serves_alias"] else "!! "
         health = "ok" if r["healthy"] else "down"
         loaded = " ".join(r["loaded"]) or "-"
-        routed = " ".join((["base"] if r["base"] else []) + r["routed"]) or "-"
+        routed = " ".join(([BASE] if r["base"] else []) + r["routed"]) or "-"
         print(f"{mark}{r['replica']:<{width}}  {health:<7}  {loaded:<16}  {routed}")
         if r["error"]:
             print(f"     {r['error']}")

@@ -5,15 +5,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 import uvicorn
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from ingest import topics
 from ingest.api import create_app
 from ingest.settings import IngestSettings
 from tests.conftest import free_port
@@ -60,29 +59,16 @@ def read_topic(
     timeout_s: float = 30.0,
 ) -> list[tuple[bytes, bytes]]:
     """(key, value) of every record of ``topic`` that ``keep`` accepts, read from the beginning of
-    every partition until ``done`` holds for them. End offsets are not trusted (Tansu misreports them)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        found: list[tuple[bytes, bytes]] = []
-        deadline = time.monotonic() + timeout_s
+    every partition until ``done`` holds for them (see ``ingest.topics.read_topic``)."""
+    found: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    with contextlib.closing(topics.read_topic(bootstrap, topic, poll_s=0.5)) as batches:
         while not done(found):
             assert time.monotonic() < deadline, (
                 f"{topic}: condition not met after {timeout_s}s ({len(found)} kept)"
             )
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is None and keep(msg.key(), msg.value()):
-                    found.append((msg.key(), msg.value()))
-        return found
-    finally:
-        consumer.close()
+            found += [(m.key(), m.value()) for m in next(batches) if keep(m.key(), m.value())]
+    return found
 
 
 def metric(client: httpx.Client, name: str, **labels: str) -> float:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from ingest import topics
 from ingest.contract import MAX_TEXT_CHARS, DeadLetter
@@ -131,17 +131,13 @@ def read_until_sentinel(broker: str, topic: str, timeout_s: float = 30.0) -> lis
     producer = RecordProducer(broker)
     (sentinel,) = producer.produce([Outgoing(topic, "sentinel", b"sentinel")])
     producer.close()
-    consumer = Consumer({"bootstrap.servers": broker, "group.id": f"test-{uuid.uuid4().hex}"})
     found = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s
+    with contextlib.closing(topics.read_topic(broker, topic, poll_s=0.5)) as batches:
         while not found or found[-1].offset() < sentinel.offset:
             assert time.monotonic() < deadline, f"{topic}: sentinel at {sentinel.offset} not read"
-            found += [m for m in consumer.consume(100, timeout=0.5) if m.error() is None]
-        return [m for m in found if m.value() != b"sentinel"]
-    finally:
-        consumer.close()
+            found += next(batches)
+    return [m for m in found if m.value() != b"sentinel"]
 
 
 SESSION_B = example_session("s-b").to_json()

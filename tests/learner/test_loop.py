@@ -1,5 +1,6 @@
 """The learner loop against the real broker (private topics), MLflow and SmolLM2."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from ingest import topics
 from learner import checkpoint
@@ -35,17 +35,13 @@ def committed_offsets(broker: str, topic: str, group: str) -> dict[int, int]:
 
 
 def dead_letters_for(broker: str, session_ids: set[str], deadline_s: float = 30.0) -> dict[str, dict]:
-    consumer = Consumer(
-        {"bootstrap.servers": broker, "group.id": f"t-{uuid.uuid4().hex}", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topics.DLQ, 0, 0)])
     found: dict[str, dict] = {}
     end = time.monotonic() + deadline_s
-    while time.monotonic() < end and set(found) != session_ids:
-        for msg in consumer.consume(500, timeout=0.5):
-            if msg.error() is None and msg.key() and msg.key().decode() in session_ids:
-                found[msg.key().decode()] = json.loads(msg.value())
-    consumer.close()
+    with contextlib.closing(topics.read_topic(broker, topics.DLQ, poll_s=0.5)) as batches:
+        while time.monotonic() < end and set(found) != session_ids:
+            for msg in next(batches):
+                if msg.key() and msg.key().decode() in session_ids:
+                    found[msg.key().decode()] = json.loads(msg.value())
     return found
 
 

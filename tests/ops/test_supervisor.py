@@ -1,0 +1,86 @@
+"""The process supervisor with small real processes: start, health, stop, and what it never kills."""
+
+import json
+import os
+import sys
+
+import psutil
+import pytest
+
+from ops.supervisor import Component, StackError, Supervisor, free_port, http_ok
+
+
+def web_server(name: str = "web") -> Component:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    return Component(name, argv, url, port, health=lambda: http_ok(url), start_timeout_s=30)
+
+
+@pytest.fixture
+def supervisor(tmp_path):
+    said: list[str] = []
+    sup = Supervisor(tmp_path / "state", "127.0.0.1", said.append)
+    sup.said = said
+    yield sup
+    sup.stop_all([])
+
+
+def test_a_started_component_is_healthy_left_alone_when_up_and_stopped_with_its_group(supervisor):
+    web = web_server()
+    supervisor.start(web)
+    pid = supervisor.report(web)["pid"]
+    assert supervisor.report(web) | {"pid": None} == {
+        "component": "web",
+        "pid": None,
+        "state": "up",
+        "healthy": True,
+        "url": web.url,
+        "log": str(supervisor.log_path("web")),
+    }
+    supervisor.start(web)  # healthy: nothing restarted
+    assert (
+        supervisor.report(web)["pid"] == pid
+        and f"web: already up at {web.url} (pid {pid})" in supervisor.said
+    )
+    assert " starting: " in supervisor.log_path("web").read_text()
+
+    assert supervisor.stop("web") and not supervisor.alive("web")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert supervisor.report(web)["state"] == "down" and not supervisor.stop("web")
+
+
+def test_a_pid_file_whose_process_is_not_the_one_started_is_dropped_never_killed(supervisor):
+    me = psutil.Process()
+    record = {"pid": me.pid, "create_time": me.create_time() - 10, "url": "", "argv": []}  # a reused pid
+    (supervisor.state_dir / "run" / "stale.pid").write_text(json.dumps(record))
+    assert not supervisor.alive("stale") and not supervisor.stop("stale")
+    assert psutil.pid_exists(os.getpid()) and not (supervisor.state_dir / "run" / "stale.pid").exists()
+
+
+def test_a_port_taken_by_another_process_is_refused(supervisor):
+    squatter = web_server("squatter")
+    supervisor.start(squatter)
+    stranger = Supervisor(supervisor.state_dir / "other", "127.0.0.1", lambda m: None)
+    twin = Component("twin", squatter.argv, squatter.url, squatter.port, squatter.health)
+    with pytest.raises(StackError, match=f"twin: port {squatter.port} on 127.0.0.1 is taken"):
+        stranger.start(twin)
+
+
+def test_a_component_that_exits_while_starting_fails_with_its_last_log_lines(supervisor):
+    argv = [sys.executable, "-c", "print('no config here', flush=True); raise SystemExit(3)"]
+    broken = Component("broken", argv, "http://127.0.0.1:1", None, health=lambda: False)
+    with pytest.raises(
+        StackError, match="broken exited during start-up; last log lines:\n(.|\n)*no config here"
+    ):
+        supervisor.start(broken)
+    assert not supervisor.alive("broken")
+
+
+def test_stop_all_stops_unknown_pid_files_first_then_the_known_in_reverse_start_order(supervisor):
+    first, second, extra = web_server("first"), web_server("second"), web_server("extra")
+    for comp in (first, second, extra):
+        supervisor.start(comp)
+    supervisor.said.clear()
+    supervisor.stop_all(["first", "second", "absent"])
+    assert supervisor.said == ["extra: stopped", "absent: not running", "second: stopped", "first: stopped"]
