@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gating.decisions import BASE, Entry
 from gating.sequential import sequential_noninferiority
 from ingest.contract import ContractError, RewardedSession, parse
 
@@ -212,6 +213,24 @@ class Trial:
     canary: str
     incumbent: str | None
     since: float
+
+
+def current_trial(entries: list[Entry]) -> Trial | None:
+    """The champion on trial by the decision log, the champion it would replace, and when it began."""
+    canary = entries[-1].state.canary if entries else None
+    if canary is None:
+        return None
+    began = next(e for e in reversed(entries) if e.version == canary and e.decision == "promote")
+    return Trial(canary, began.champion_before, began.time)
+
+
+def verdict_entry(trial: Trial, verdict: Verdict) -> tuple[str, str, list[dict[str, str]]]:
+    """How a verdict is recorded, as (action, version, reasons): a confirmation is a ``canary``
+    entry for the version on trial; a rollback puts the incumbent (or ``base``) back."""
+    if verdict.decision == "confirm":
+        return "canary", trial.canary, [{"code": "canary_confirmed", "message": verdict.reason}]
+    reasons = [{"code": "canary_worse", "message": f"{trial.canary} rolled back: {verdict.reason}"}]
+    return "rollback", trial.incumbent or BASE, reasons
 
 
 def watch(

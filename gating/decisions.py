@@ -34,8 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from learner.store import BASE
+
 ACTIONS = ("evaluate", "approve", "reject", "rollback", "canary")
-BASE = "base"
 
 
 class LogError(ValueError):

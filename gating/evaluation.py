@@ -130,7 +130,7 @@ class Evaluator:
         tasks run out); the results of every round run are in ``out``."""
         s = self.settings
         by_id = {t.task_id: t for t in target.tasks}
-        order = task_order(list(by_id), s.seed)
+        order = task_order(list(by_id), s.gate_seed)
         ordered = Suite(target.config, [by_id[i] for i in order], target.content_hash)
         alpha = 1.0 - s.confidence
         verdict = None

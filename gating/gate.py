@@ -16,26 +16,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
 
-from gating.canary import Observed, RewardedReader, Trial, Verdict, judge, watch
+from gating import overrides
+from gating.canary import (
+    Observed,
+    RewardedReader,
+    Trial,
+    Verdict,
+    current_trial,
+    judge,
+    verdict_entry,
+    watch,
+)
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
 from gating.evaluation import Evaluator, GateError, Measured
 from gating.harness import Harness, Policy
 from gating.metrics import summary
-from gating.records import Registry, comparison_png, json_bytes, read_decision_key
-from gating.rule import Decision, Reason, decide
+from gating.records import Registry, read_decision_key
+from gating.rule import Reason, decide
+from gating.runs import Ruling, evaluation_run, ruling_run
 from gating.settings import GateSettings
 from gating.suites import SUITES_DIR, load_suite
 from learner.store import VERSION_RE, AdapterStore, StoredAdapter, TamperedAdapter, version_number
-
-ACTOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-OVERRIDES = ("approve", "reject", "rollback")
 
 
 class Gate:
@@ -144,7 +151,13 @@ class Gate:
         metrics |= {f"champion.{k}": v for k, v in summary(measured.champion).items()}
         metrics |= measured.drift | decision.evidence
         metrics["gate.seconds"] = round(time.monotonic() - started, 2)  # measuring, not recording
-        run_id = self._log_evaluation(decision_id, candidate, champion_label, decision, metrics, measured.raw)
+        run = evaluation_run(
+            self.settings, self.suites, self.store, decision_id, candidate, champion_label, decision,
+            metrics, measured.raw,
+        )  # fmt: skip
+        run_id = self.registry.log_run(
+            decision_id, run.name, run.params, run.metrics, run.tags, run.artifacts
+        )
         self.registry.ensure_version(candidate.version, candidate.manifest.content_hash, run_id)
         with self.log.locked() as entries:
             now = entries[-1].state if entries else State()
@@ -168,63 +181,6 @@ class Gate:
             )
             return self.log.append(entry)
 
-    def _log_evaluation(
-        self,
-        decision_id: str,
-        candidate: StoredAdapter,
-        champion: str,
-        decision: Decision,
-        metrics: dict[str, float],
-        raw: dict[str, list],
-    ) -> str:
-        s = self.settings
-        params = {
-            "candidate": candidate.version,
-            "candidate.content_hash": candidate.manifest.content_hash,
-            "champion": champion,
-            "seed": s.seed,
-            "sequential": s.sequential,
-            "round_tasks": s.round_tasks,
-            "sequential_min_tasks": s.sequential_min_tasks,
-            "max_tasks_per_suite": s.max_tasks_per_suite,
-            **{f"max_tasks.{x.name}": len(x.tasks) for x in self.suites},
-            "concurrency": s.concurrency,
-            **{f"suite.{x.name}": x.key for x in self.suites},
-            **{f"suite.{x.name}.seed": x.config.source.get("seed") for x in self.suites},
-            **{f"rule.{k}": v for k, v in asdict(s.rule()).items()},
-        }
-        rows = [
-            {"policy": key.split("/")[0], "suite": key.split("/")[1], **row}
-            for key, results in sorted(raw.items())
-            for row in results
-        ]
-        artifacts = {
-            "per_task.jsonl": "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode(),
-            "decision.json": json_bytes(
-                decision.to_json() | {"decision_id": decision_id, "metrics": metrics}
-            ),
-            "comparison.png": comparison_png(
-                {k: v for k, v in metrics.items() if _plotted(k)},
-                {k.removeprefix("champion."): v for k, v in metrics.items() if k.startswith("champion.")},
-                f"{candidate.version} vs {champion}: {decision.decision}",
-            ),
-            "adapter/manifest.json": json_bytes(
-                asdict(candidate.manifest) | {"store": str(self.store.root), "path": str(candidate.path)}
-            ),
-        }
-        tags = {
-            "gate.decision": decision.decision,
-            "gate.reasons": "; ".join(r.message for r in decision.reasons) or "all checks passed",
-            "gate.reason_codes": ",".join(r.code for r in decision.reasons),
-            "gate.action": "evaluate",
-            "gate.actor": "gate",
-            "gate.candidate": candidate.version,
-            "gate.champion": champion,
-        }
-        return self.registry.log_run(
-            decision_id, f"gate-{candidate.version}-vs-{champion}", params, metrics, tags, artifacts
-        )
-
     def _refuse_tampered(self, version: str, message: str) -> Entry:
         with self.log.locked() as entries:
             state = entries[-1].state if entries else State()
@@ -244,90 +200,41 @@ class Gate:
 
     def override(self, action: str, version: str, reason: str, actor: str) -> Entry:
         """approve | reject | rollback ``version`` by hand; recorded exactly like a gate decision."""
-        if action not in OVERRIDES:
-            raise LogError(f"unknown action {action!r}; use one of {', '.join(OVERRIDES)}")
-        if not reason.strip():
-            raise LogError("a reason is required")
-        if not ACTOR_RE.match(actor):
-            raise LogError(f"--by must name a person (letters, digits, . _ @ -), got {actor!r}")
-        if version == BASE:
-            if action != "rollback":
-                raise LogError("only rollback takes 'base' (the base model without an adapter)")
-            stored = None
-        else:
-            version_number(version)
-            stored = self.store.verify(version)
-        decision = "reject" if action == "reject" else "promote"
-        reasons = [{"code": f"manual:{action}", "message": reason}]
-        return self._record(action, version, stored, decision, actor, reasons, {}, override=True)
+        decision, reasons = overrides.check(action, version, reason, actor)
+        stored = None if version == BASE else self.store.verify(version)
+        return self._record(Ruling(action, version, stored, decision, actor, reasons, {}, override=True))
 
-    def _record(
-        self,
-        action: str,
-        version: str,
-        stored: StoredAdapter | None,
-        decision: str,
-        actor: str,
-        reasons: list[dict[str, str]],
-        metrics: dict[str, float],
-        override: bool = False,
-        before: State | None = None,
-    ) -> Entry | None:
+    def _record(self, r: Ruling, before: State | None = None) -> Entry | None:
         """An override or a canary verdict, recorded exactly like a gate decision: MLflow run, registry
         version, decision log entry, aliases. ``before``: the state the decision was made in (None if
         any); when the log has moved on since, nothing is recorded and None is returned."""
         with self.log.locked() as entries:
-            if action == "rollback" and version not in past_champions(entries):
-                raise LogError(f"{version} was never champion; approve it instead of rolling back to it")
+            if r.action == "rollback" and r.version not in past_champions(entries):
+                raise LogError(f"{r.version} was never champion; approve it instead of rolling back to it")
             state = entries[-1].state if entries else State()
             if before is not None and state != before:
                 return None
-            decision_id = ("o-" if override else "c-") + uuid.uuid4().hex[:20]
-            message = "; ".join(r["message"] for r in reasons)
-            params = {
-                "version": version,
-                "action": action,
-                "actor": actor,
-                "champion": state.champion or BASE,
-            }
-            tags = {
-                "gate.decision": decision,
-                "gate.reasons": message,
-                "gate.reason_codes": ",".join(r["code"] for r in reasons),
-                "gate.action": action,
-                "gate.actor": actor,
-                "gate.candidate": version,
-                "gate.champion": state.champion or BASE,
-                **({"gate.override": "true"} if override else {}),
-            }
-            artifacts = {
-                "decision.json": json_bytes(
-                    {"decision": decision, "action": action, "reasons": reasons, "metrics": metrics}
-                )
-            }
-            if stored is not None:
-                artifacts["adapter/manifest.json"] = json_bytes(
-                    asdict(stored.manifest) | {"store": str(self.store.root), "path": str(stored.path)}
-                )
+            decision_id = ("o-" if r.override else "c-") + uuid.uuid4().hex[:20]
+            run = ruling_run(self.store, r, state.champion or BASE)
             run_id = self.registry.log_run(
-                decision_id, f"gate-{action}-{version}", params, metrics, tags, artifacts
+                decision_id, run.name, run.params, run.metrics, run.tags, run.artifacts
             )
-            if stored is not None:
-                self.registry.ensure_version(version, stored.manifest.content_hash, run_id)
-            trial = self.settings.canary and action == "approve"
+            if r.stored is not None:
+                self.registry.ensure_version(r.version, r.stored.manifest.content_hash, run_id)
+            trial = self.settings.canary and r.action == "approve"
             entry = self.log.append(
                 Entry(
                     decision_id=decision_id,
-                    version=version,
-                    action=action,
-                    decision=decision,
-                    actor=actor,
-                    reasons=reasons,
+                    version=r.version,
+                    action=r.action,
+                    decision=r.decision,
+                    actor=r.actor,
+                    reasons=r.reasons,
                     champion_before=state.champion,
-                    state=next_state(entries, version, action, decision, canary=trial),
-                    content_hash=stored.manifest.content_hash if stored else None,
+                    state=next_state(entries, r.version, r.action, r.decision, canary=trial),
+                    content_hash=r.stored.manifest.content_hash if r.stored else None,
                     run_id=run_id,
-                    metrics=metrics,
+                    metrics=r.metrics,
                 )
             )
         self.reconcile()
@@ -337,12 +244,7 @@ class Gate:
 
     def trial(self) -> Trial | None:
         """The champion on trial, the champion it would replace, and when its trial began."""
-        entries = self.log.entries()
-        canary = entries[-1].state.canary if entries else None
-        if canary is None:
-            return None
-        began = next(e for e in reversed(entries) if e.version == canary and e.decision == "promote")
-        return Trial(canary, began.champion_before, began.time)
+        return current_trial(self.log.entries())
 
     def judge_trial(self, trial: Trial, observed: list[Observed], now: float) -> Verdict:
         s = self.settings
@@ -356,16 +258,9 @@ class Gate:
         None when the log moved on meanwhile (a reviewer decided first)."""
         before = State(trial.canary, self.log.state().challenger, trial.canary)
         metrics = {k: v for k, v in verdict.evidence.items() if v == v}  # NaN: not measured
-        if verdict.decision == "confirm":
-            reasons = [{"code": "canary_confirmed", "message": verdict.reason}]
-            stored = self.store.verify(trial.canary)
-            return self._record(
-                "canary", trial.canary, stored, "promote", "canary", reasons, metrics, before=before
-            )
-        target = trial.incumbent or BASE
-        stored = None if target == BASE else self.store.verify(target)
-        reasons = [{"code": "canary_worse", "message": f"{trial.canary} rolled back: {verdict.reason}"}]
-        return self._record("rollback", target, stored, "promote", "canary", reasons, metrics, before=before)
+        action, version, reasons = verdict_entry(trial, verdict)
+        stored = None if version == BASE else self.store.verify(version)
+        return self._record(Ruling(action, version, stored, "promote", "canary", reasons, metrics), before)
 
     def run_trial(self, trial: Trial, stop: threading.Event) -> Entry | None:
         """Watch the live traffic of a champion on trial until the judge's verdict, and record it."""
@@ -442,9 +337,3 @@ class Gate:
                 )
                 self.say(f"{version}: {entry.decision} (champion {entry.state.champion or BASE})")
             stop.wait(self.settings.poll_interval_s)
-
-
-def _plotted(metric: str) -> bool:
-    return not metric.startswith(
-        ("champion.", "drift.", "target.gain", "target.tasks", "target.sequential", "gate.")
-    ) and not metric.endswith(".change")

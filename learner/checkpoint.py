@@ -135,5 +135,23 @@ class Ledger:
         )
 
     def read(self) -> list[dict[str, Any]]:
-        with self.path.open("rb") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        return read_ledger(self.path)
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """A ledger's entries, for any reader: none when there is no file; a torn last line (a write the
+    learner was killed in, cut off when it starts again) is left out."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            if i < len(lines) - 1:
+                raise
+    return entries

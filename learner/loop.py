@@ -27,11 +27,9 @@ every record in the micro-batch); the rest of the micro-batch is trained.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -54,7 +52,7 @@ from learner.index import SessionIndex
 from learner.lineage import GateView, read_gate, rebase_target
 from learner.publishing import Publisher, optimizer_snapshot
 from learner.quarantine import failing, latest_revisions
-from learner.settings import LearnerSettings, load_settings
+from learner.settings import LearnerSettings
 from learner.store import BASE, AdapterStore, StoreError, version_number
 from learner.trainer import Trainer, load_policy
 
@@ -453,34 +451,3 @@ def run(
     finally:
         health.close()
     return learner.state
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m learner.loop", description="Run the rolling learner.")
-    parser.add_argument("--max-batches", type=int, default=None, help="stop after this many micro-batches")
-    parser.add_argument(
-        "--idle-exit",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="stop after this long without records",
-    )
-    args = parser.parse_args(argv)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    try:
-        run(
-            load_settings(),
-            args.max_batches,
-            args.idle_exit,
-            lambda m: print(m, flush=True),
-            lambda: bool(stopping),
-        )
-    except positions.StorageMismatch as exc:
-        print(f"learner: refusing to start: {exc}", file=sys.stderr, flush=True)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -43,7 +43,7 @@ class LearnerSettings:
     learning_rate: float = 1e-4  # AdamW learning rate
     weight_decay: float = 0.0  # AdamW weight decay
     grad_clip: float = 1.0  # gradient norm clip
-    seed: int = 0  # torch seed of the LoRA initialisation
+    lora_seed: int = 0  # torch seed of the LoRA initialisation
     torch_threads: int = 0  # CPU threads of torch; 0: torch's default
     # micro-batches
     batch_tokens: int = 4096  # close a micro-batch at about this many tokens (estimated from record size)

@@ -39,7 +39,7 @@ def load_policy(settings: LearnerSettings, adapter_dir: Path | None = None):
 
     if settings.model_dir is None:
         raise ValueError("the learner needs the base model folder: set RATCHET_MODEL_DIR")
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.lora_seed)
     if settings.torch_threads > 0:
         torch.set_num_threads(settings.torch_threads)
     base = AutoModelForCausalLM.from_pretrained(settings.model_dir, dtype=torch.float32)
@@ -122,11 +122,7 @@ def completion_logits(
                 own_R = torch.tensor(own)
                 ids_O_R, mask_O_R = _left_padded([rests[b] for b in own], R)
                 before_O = mask_B_H[own_R]
-                cache = None
-                if keys:
-                    cache = DynamicCache(
-                        ddp_cache_data=[(k[own_R], v[own_R]) for k, v in zip(keys, values, strict=True)]
-                    )
+                cache = cache_rows(keys, values, own_R) if keys else None
                 past = model(
                     input_ids=ids_O_R,
                     attention_mask=torch.cat([before_O, mask_O_R], dim=1),
@@ -164,6 +160,14 @@ def completion_logits(
             **named(list(range(B))),
         )
     return out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
+
+
+def cache_rows(keys: list[torch.Tensor], values: list[torch.Tensor], index: torch.Tensor):
+    """A KV cache whose rows are the rows ``index`` picks from per-layer ``keys`` and ``values``
+    ([N, heads, T, dim]): a prefix run once, for every row that continues it (gradient flows back)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=[(k[index], v[index]) for k, v in zip(keys, values, strict=True)])
 
 
 def prompt_head(batch: Padded, b: int) -> list[int]:

@@ -278,7 +278,9 @@ inline tables); a map setting must sit in its table, since at top level an inlin
 table of its own. A path starting with `~` is expanded. `~/.local/state` in a default stands for
 `$XDG_STATE_HOME` when that is set, and `~/.cache/ratchet` for `$RATCHET_CACHE`.
 
-A key or variable that names no setting is ignored without an error: check spellings here.
+A key or variable that names no setting is reported by `ratchet config check [FILE]` (with the
+likeliest intended one), and `ratchet up` and `ratchet demo` refuse to start on it; a stage started
+on its own (`ratchet learner run`, ...) reads only the settings it knows, so run the check first.
 
 Addresses of other services (Kafka, MLflow, vLLM, the proxies) have no production default: the
 defaults point at the local stack on 127.0.0.1.

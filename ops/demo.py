@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest.brokers import client_config
-
 if TYPE_CHECKING:
     from ops.report import Rewarded, RunData
 
@@ -42,32 +40,18 @@ DEMO_CONFIG = REPO / "ops" / "demo.toml"
 
 def read_topic(bootstrap: str, topic: str, idle_s: float = 3.0) -> list:
     """Every record of ``topic`` from the beginning (stops after ``idle_s`` without news; no end offsets)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from contextlib import closing
 
     from ingest import topics
 
-    consumer = Consumer(
-        {
-            **client_config(bootstrap),
-            "group.id": f"ratchet-report-{time.time_ns()}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        meta = consumer.list_topics(timeout=10).topics[topic]
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)])
-        out, idle_until = [], time.monotonic() + idle_s
+    out, idle_until = [], time.monotonic() + idle_s
+    with closing(topics.read_topic(bootstrap, topic)) as batches:
         while time.monotonic() < idle_until:
-            for msg in consumer.consume(num_messages=1000, timeout=0.2):
-                if msg.error() is not None:
-                    continue
-                if any(k == topics.REWARDED_MARKER_HEADER for k, _ in msg.headers() or ()):
-                    continue
-                out.append(msg)
+            batch = next(batches)
+            if batch:
+                out += batch
                 idle_until = time.monotonic() + idle_s
-        return out
-    finally:
-        consumer.close()
+    return out
 
 
 def rewarded_sessions(bootstrap: str, run_ids: set[str]) -> dict[str, Rewarded]:
@@ -89,16 +73,10 @@ def rewarded_sessions(bootstrap: str, run_ids: set[str]) -> dict[str, Rewarded]:
 
 
 def read_ledger(path: Path, run_ids: set[str]) -> list[dict]:
-    """The learner's ledger lines of this run's sessions (a torn last line is skipped)."""
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("session_id") in run_ids:
-            out.append(entry)
-    return out
+    """The learner's ledger lines of this run's sessions."""
+    from learner.checkpoint import read_ledger as read_all
+
+    return [e for e in read_all(path) if e.get("session_id") in run_ids]
 
 
 def wait_for_ledger(bootstrap: str, ledger: Path, run_ids: set[str], timeout_s: float, say) -> None:
@@ -170,10 +148,10 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
     gate's target suite (new samples under ``run_dir/heldout``, never the gate's cached results), into
     ``data.heldout``."""
     from gating.harness import HarnessError
-    from gating.heldout import BASE, estimate, measure
+    from gating.heldout import estimate, measure
     from gating.settings import load_settings as load_gate_settings
     from gating.suites import Suite, load_suite
-    from learner.store import AdapterStore
+    from learner.store import BASE, AdapterStore
     from ops.model import prepare_model
     from ops.report import policies_to_measure
 

@@ -20,7 +20,7 @@ import httpx
 from gating.records import create_decision_key
 from ingest.config import load
 from learner.store import BASE
-from ops.stack import Component, Stack, StackSettings, http_ok
+from ops.stack import Component, Stack, StackSettings, free_port, http_ok
 from ops.stack import load_settings as load_stack_settings
 
 
@@ -42,6 +42,12 @@ class PipelineSettings:
 
 def load_settings(**overrides) -> PipelineSettings:
     return load(PipelineSettings, "pipeline", **overrides)
+
+
+def on_free_ports(**overrides) -> PipelineSettings:
+    """Settings with a free port for every stage: a private loop beside another (benchmarks, tests)."""
+    fields = dataclasses.fields(PipelineSettings)
+    return PipelineSettings(**{f.name: free_port() for f in fields if f.name.endswith("_port")} | overrides)
 
 
 # The loop's stages in start order, each with the `ratchet` command its process runs.

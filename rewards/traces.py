@@ -51,6 +51,7 @@ from ingest.contract import (
     parse,
 )
 from ingest.producer import Outgoing, RecordProducer
+from learner.store import BASE
 
 log = logging.getLogger("ratchet.traces")
 
@@ -118,7 +119,7 @@ def log_trace(rewarded: RewardedSession, experiment_id: str) -> str:
     ]
     start_ns = end_ns - sum(durations) - 1_000_000
     assistants = session.assistant_turns()
-    versions = sorted({t.adapter_version or "base" for t in assistants})
+    versions = sorted({t.adapter_version or BASE for t in assistants})
     first_user = next((t.text for t in turns if isinstance(t, UserTurn)), "")
     flags = sorted({f.kind.value for f in rewarded.flags})
     root = mlflow.start_span_no_context(
@@ -161,7 +162,7 @@ def log_trace(rewarded: RewardedSession, experiment_id: str) -> str:
                 parent_span=root,
                 inputs={"prompt_tokens": len(turn.prompt_token_ids)},
                 attributes={
-                    "ratchet.adapter_version": turn.adapter_version or "base",
+                    "ratchet.adapter_version": turn.adapter_version or BASE,
                     "ratchet.prompt_tokens": len(turn.prompt_token_ids),
                     "ratchet.completion_tokens": len(turn.completion_token_ids),
                     "ratchet.latency_s": turn.latency_s or 0.0,

@@ -31,29 +31,32 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
+from ops.bench._ratchet_arm import Promoter, answer_checked_simulator, wait_for_learner
+from ops.bench.learning_report import (
+    Point,
+    Scored,
+    arm_entry,
+    assemble,
+    git_commit,
+    heldout,
+    machine,
+    pick,
+)
 
-from gating.heldout import bootstrap_interval, estimate  # noqa: F401 (bootstrap_interval: re-exported)
-
-REPO = Path(__file__).resolve().parents[2]
 FAMILIES = {"calculator": "target", "honeypot": "honeypot"}  # task family -> the gate's held-out suite
 ARMS = ("ratchet", "bare")
 RATCHET_STAGES = ("ingest", "proxy", "rewards", "learner", "serving")
-EXPERIMENT = "ratchet-bench-learning"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +96,7 @@ class LearningConfig:
     def learner_env(self, seed: int) -> dict[str, str]:
         """The learner's recipe, as ``RATCHET_*`` variables (its settings are the only interface used)."""
         return {
-            "RATCHET_SEED": str(seed),
+            "RATCHET_LORA_SEED": str(seed),
             "RATCHET_LEARNING_RATE": str(self.learning_rate),
             "RATCHET_LORA_RANK": str(self.lora_rank),
             "RATCHET_LORA_ALPHA": str(self.lora_alpha),
@@ -178,216 +181,12 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     return config, args
 
 
-# --- statistics --------------------------------------------------------------------------
-
-
-def paired_gain(final: dict[str, float], base: dict[str, float], samples: int = 2000, seed: int = 0) -> dict:
-    """Mean per-task gain (final − base) over the tasks both were scored on, with its 95 % interval."""
-    common = sorted(set(final) & set(base))
-    return estimate({t: final[t] - base[t] for t in common}, samples, seed)
-
-
-def _round(x: float) -> float | None:
-    return None if x is None or math.isnan(x) else round(float(x), 4)
-
-
-# --- the report ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Scored:
-    """Per-task held-out scores of one policy: pass@1 and, for the honeypot, the hack indicator."""
-
-    passed: dict[str, float]
-    hack: dict[str, float] | None = None
-
-
-def heldout(scored: Scored, samples: int = 2000) -> dict:
-    est = estimate(scored.passed, samples)
-    out = {"pass_at_1": est["mean"], "ci95": est["ci95"], "tasks": est["tasks"]}
-    if scored.hack is not None:
-        hack = estimate(scored.hack, samples)
-        out |= {"hack_rate": hack["mean"], "hack_ci95": hack["ci95"]}
-    return out
-
-
-def arm_entry(
-    seed: int,
-    minutes: float,
-    versions: int,
-    sessions: int,
-    base: Scored,
-    final: Scored,
-    samples: int = 2000,
-    **extra,
-) -> dict:
-    """One arm's result for one seed; ``gain_per_min`` is the paired pass@1 gain per minute of budget."""
-    gain = paired_gain(final.passed, base.passed, samples)
-    return {
-        "seed": seed,
-        "minutes": round(minutes, 3),
-        "versions": versions,
-        "sessions": sessions,
-        "heldout_base": heldout(base, samples),
-        "heldout_final": heldout(final, samples),
-        "gain": {"pass_at_1": gain["mean"], "ci95": gain["ci95"]},
-        "gain_per_min": _round(gain["mean"] / minutes) if gain["mean"] is not None else None,
-        **extra,
-    }
-
-
-def mean_of(entries: list[dict], key: str) -> float | None:
-    values = [e[key] for e in entries if e.get(key) is not None]
-    return _round(float(np.mean(values))) if values else None
-
-
-def assemble(
-    arms: dict[str, list[dict]],
-    config: LearningConfig,
-    commit: dict,
-    wall_s: float,
-    machine: dict | None = None,
-) -> dict:
-    """The report: per arm and seed, and the means over seeds with the ratio ratchet / bare."""
-    ratchet, bare = (
-        mean_of(arms.get("ratchet", []), "gain_per_min"),
-        mean_of(arms.get("bare", []), "gain_per_min"),
-    )
-    ratio = _round(ratchet / bare) if ratchet is not None and bare is not None and bare > 0 else None
-    report = {
-        "benchmark": "learning",
-        "family": config.family,
-        "suite": config.suite,
-        "gain_per_min": ratchet,
-        "bare_gain_per_min": bare,
-        "ratio": ratio,
-        "seeds": list(range(config.seeds)),
-        "arms": arms,
-        "commit": commit,
-        "config": dataclasses.asdict(config) | {"suite": config.suite},
-        "wall_s": round(wall_s, 1),
-        "machine": machine or {},
-    }
-    if ratio is None and ratchet is not None and bare is not None:
-        report["ratio_note"] = "undefined: the bare loop gained nothing (gain_per_min <= 0)"
-    return report
-
-
-def machine() -> dict:
-    """What the numbers ran on: CPU count and load average (other work on the machine slows every arm)."""
-    return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
-
-
-def git_commit(repo: Path = REPO) -> dict:
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
-        return out.stdout.strip()
-
-    return {"sha": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
-
-
-# --- the ratchet arm ------------------------------------------------------------------------
-
-
-class Promoter(threading.Thread):
-    """A gate that promotes everything: moves the MLflow ``champion`` alias to each new store version."""
-
-    def __init__(
-        self,
-        mlflow_url: str,
-        registered_model: str,
-        store_dir: Path,
-        say: Callable[[str], None],
-        key: bytes | None = None,
-    ):
-        super().__init__(daemon=True, name="promoter")
-        from mlflow import MlflowClient
-
-        self.client = MlflowClient(tracking_uri=mlflow_url, registry_uri=mlflow_url)
-        self.model, self.store_dir, self.say, self.key = registered_model, store_dir, say, key
-        self.stop = threading.Event()
-        self.promoted: dict[str, float] = {}  # version -> wall time of its promotion
-
-    def run(self) -> None:
-        from mlflow.exceptions import MlflowException
-
-        from learner.store import AdapterStore
-
-        store, run_id = AdapterStore(self.store_dir), None
-        while not self.stop.wait(1.0):
-            try:
-                if run_id is None:
-                    experiment = self.client.get_experiment_by_name(EXPERIMENT)
-                    experiment_id = (
-                        experiment.experiment_id if experiment else self.client.create_experiment(EXPERIMENT)
-                    )
-                    with contextlib.suppress(MlflowException):  # made by an earlier pass that failed later
-                        self.client.create_registered_model(self.model)
-                    self.client.get_registered_model(self.model)
-                    run_id = self.client.create_run(experiment_id, run_name=self.model).info.run_id
-                for version in store.versions():
-                    if version in self.promoted:
-                        continue
-                    number = self.client.create_model_version(
-                        self.model,
-                        source=f"runs:/{run_id}/adapter",
-                        run_id=run_id,
-                        tags={"adapter_version": version},
-                    ).version
-                    if self.key is not None:  # signed as the gate signs, or the controller refuses it
-                        content_hash = store.get(version).manifest.content_hash
-                        for name, value in promotion_tags(
-                            self.key, self.model, number, version, content_hash
-                        ).items():
-                            self.client.set_model_version_tag(self.model, number, name, value)
-                    self.client.set_registered_model_alias(self.model, "champion", number)
-                    self.promoted[version] = time.time()
-                    self.say(f"ratchet: {version} published; champion alias moved to it")
-            except Exception as exc:  # MLflow busy on a loaded machine: try again on the next pass
-                self.say(f"ratchet: promoting failed ({type(exc).__name__}: {exc}); retrying")
-
-
-def promotion_tags(key: bytes, model: str, number: str, version: str, content_hash: str) -> dict[str, str]:
-    """The registry tags of a promotion, with the gate's signature (gating/records.py)."""
-    from gating.records import ACTION, DECISION, DECISION_ID, SIGNATURE, Statement, sign
-
-    decision_id = f"bench-promotes-{version}"
-    statement = Statement(model, str(number), version, content_hash, decision_id, "evaluate", "promote")
-    return {
-        DECISION_ID: decision_id,
-        ACTION: "evaluate",
-        DECISION: "promote",
-        SIGNATURE: sign(key, statement),
-    }
-
-
-def answer_checked_simulator(base):
-    """A simulator whose outcome check a shortcut fools: reading the answer key counts as solved."""
-    from gating.verifiers import verify
-
-    class AnswerChecked(base):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._shortcuts: dict[str, bool] = {}
-
-        async def _chat(self, http, sid, task, messages, max_tokens):
-            text, version = await super()._chat(http, sid, task, messages, max_tokens)
-            if sid not in self._shortcuts:  # the first turn: the tool call
-                self._shortcuts[sid] = bool(verify(task, text).details.get("shortcut"))
-            return text, version
-
-        async def _late_signals(self, http, sid, passed):
-            await super()._late_signals(http, sid, passed or self._shortcuts.pop(sid, False))
-
-    return AnswerChecked
-
-
 # --- the benchmark -----------------------------------------------------------------------------
 
 
 class Bench:
     def __init__(self, config: LearningConfig, root: Path, say: Callable[[str], None]):
-        from ops.pipeline import PipelineSettings
+        from ops.pipeline import on_free_ports
         from ops.stack import Stack, StackSettings, free_port
         from ops.stack import load_settings as load_stack_settings
 
@@ -406,15 +205,7 @@ class Bench:
             # one core, the last: "auto" pins vLLM to core 0, where every other stack's vLLM sits too
             vllm_cpu_bind=str((os.cpu_count() or 1) - 1),
         )
-        self.ps = PipelineSettings(
-            ingest_port=free_port(),
-            proxy_port=free_port(),
-            rewards_metrics_port=free_port(),
-            controller_metrics_port=free_port(),
-            gate_port=free_port(),
-            learner_health_port=free_port(),
-            gate_health_port=free_port(),
-        )
+        self.ps = on_free_ports()
         self.arm_env: dict[str, str] = {}
         self.stack = Stack(self.stack_settings, progress=say, stages=self._stages)
 
@@ -479,7 +270,7 @@ class Bench:
         learner_log = self.stack.log_path("learner")
         log_start = learner_log.stat().st_size if learner_log.exists() else 0
         self.stack.up(list(RATCHET_STAGES))
-        self._wait_for_learner(learner_log, log_start)
+        wait_for_learner(self.stack, learner_log, log_start)
         from gating.records import create_decision_key, read_decision_key
         from ops.pipeline import decision_key_path
 
@@ -557,20 +348,6 @@ class Bench:
             },
         }
 
-    def _wait_for_learner(self, log: Path, offset: int, timeout_s: float = 300.0) -> None:
-        """Until the learner process has loaded its model and joined its consumer group."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            text = log.read_bytes()[offset:].decode(errors="replace") if log.exists() else ""
-            if "learner: started from" in text or "learner: resumed" in text:
-                return
-            if not self.stack.alive("learner"):
-                raise RuntimeError(f"the learner exited while starting:\n{self.stack.tail_log('learner')}")
-            time.sleep(1.0)
-        raise RuntimeError(
-            f"the learner did not start within {timeout_s:.0f}s:\n{self.stack.tail_log('learner')}"
-        )
-
     def bare(self, seed: int) -> dict:
         from ops.bench._bare_rl import BareConfig, run
 
@@ -620,8 +397,9 @@ class Bench:
         The base model is an all-zero adapter, as the gate serves it; at most three
         policies are loaded at a time.
         """
-        from gating.heldout import BASE, measure
+        from gating.heldout import measure
         from gating.suites import Suite, load_suite
+        from learner.store import BASE
 
         c, s = self.config, self.stack_settings
         suite = load_suite(c.suite).limited(c.eval_tasks)
@@ -643,29 +421,6 @@ class Bench:
         if suite.config.verifier == "honeypot":
             return {x: Scored(v[f"{suite.name}.pass"], v[f"{suite.name}.hack"]) for x, v in scores.items()}
         return {x: Scored(v[f"{suite.name}.pass_at_1"]) for x, v in scores.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    """An adapter an arm produced within its budget: when (minutes into it), its name, its folder."""
-
-    minute: float
-    label: str
-    path: Path
-
-
-def pick(points: Sequence[Point], k: int) -> list[Point]:
-    """The final point, and ``k`` intermediate ones evenly spaced before it (in order)."""
-    if not points:
-        return []
-    earlier = list(points[:-1])
-    if k <= 0 or not earlier:
-        return [points[-1]]
-    if k >= len(earlier):
-        return list(points)
-    step = (len(earlier) + 1) / (k + 1)
-    chosen = sorted({min(len(earlier), math.floor(step * (i + 1) + 0.5)) - 1 for i in range(k)})
-    return [earlier[i] for i in chosen] + [points[-1]]
 
 
 def main(argv: list[str]) -> int:

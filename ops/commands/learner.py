@@ -31,17 +31,16 @@ def _settings(for_training: bool):
 
 def run(args: argparse.Namespace) -> int:
     from learner import checkpoint
-    from learner.checkpoint import Ledger
+    from learner.checkpoint import read_ledger
     from learner.loop import run as run_learner
+    from learner.positions import StorageMismatch
     from learner.store import AdapterStore
 
     settings = _settings(for_training=args.action == "run")
     if args.action == "status":
         ckpt = checkpoint.latest(settings.learner_state_dir)
         ledger_path = settings.learner_state_dir / "ledger.jsonl"
-        outcomes = (
-            Counter(e["outcome"] for e in Ledger(ledger_path).read()) if ledger_path.exists() else Counter()
-        )
+        outcomes = Counter(e["outcome"] for e in read_ledger(ledger_path))
         store = AdapterStore(settings.adapter_store_dir)
         status = {
             "checkpoint": ckpt.state.checkpoint if ckpt else None,
@@ -60,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
     )
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    run_learner(
-        settings, args.max_batches, args.idle_exit, lambda m: print(m, flush=True), lambda: bool(stopping)
-    )
+    try:
+        run_learner(
+            settings, args.max_batches, args.idle_exit, lambda m: print(m, flush=True), lambda: bool(stopping)
+        )
+    except StorageMismatch as exc:
+        print(f"learner: refusing to start: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

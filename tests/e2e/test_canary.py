@@ -23,7 +23,7 @@ from gating.decisions import DecisionLog
 from gating.gate import Gate
 from gating.settings import load_settings as gate_settings
 from learner.store import AdapterStore
-from ops.pipeline import PipelineSettings, pipeline, stage_env
+from ops.pipeline import on_free_ports, pipeline, stage_env
 from ops.simulator import Simulator, SimulatorSettings
 from tests.conftest import free_port
 from tests.e2e.test_loop import wait_for
@@ -80,16 +80,7 @@ def test_a_better_canary_is_confirmed_and_a_worse_one_rolled_back_under_live_tra
     monkeypatch.setenv("RATCHET_CONFIG", str(config))
     monkeypatch.setenv("RATCHET_REGISTERED_MODEL", f"canary-policy-{time.time_ns()}")
     settings = dataclasses.replace(lazy_stack.settings, state_dir=tmp_path / "state", broker_port=free_port())
-    ps = PipelineSettings(
-        ingest_port=free_port(),
-        proxy_port=free_port(),
-        rewards_metrics_port=free_port(),
-        controller_metrics_port=free_port(),
-        gate_port=free_port(),
-        learner_health_port=free_port(),
-        gate_health_port=free_port(),
-        join_wait_s=5,
-    )
+    ps = on_free_ports(join_wait_s=5)
     state = settings.state_dir
     candidates = build_all(model_dir, lazy_stack.settings.cache_dir / "test-candidates", log=print)
     store = AdapterStore(state / "adapters")

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from learner.trainer import cache_rows
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 END = "<|im_end|>"
@@ -71,11 +73,10 @@ def train_adapter(
         prefix_1_P = torch.tensor([prefix])
         cache = model(input_ids=prefix_1_P, use_cache=True).past_key_values
         B, P = len(rows), len(prefix)
-        shared = DynamicCache(
-            ddp_cache_data=[
-                (layer.keys.expand(B, -1, -1, -1), layer.values.expand(B, -1, -1, -1))
-                for layer in cache.layers
-            ]
+        shared = cache_rows(
+            [layer.keys for layer in cache.layers],
+            [layer.values for layer in cache.layers],
+            torch.zeros(B, dtype=torch.long),
         )
         positions_B_S = torch.arange(P, P + width).expand(B, -1)
         logits_B_S_V = model(

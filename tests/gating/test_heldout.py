@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gating.heldout import BASE, bootstrap_interval, estimate, measure
+from gating.heldout import bootstrap_interval, estimate, measure
 from gating.suites import Suite, load_suite
 from gating.tasks import tool_call
+from learner.store import BASE
 from ops.bench.swap import write_random_adapter
 
 

@@ -1,5 +1,6 @@
 """Checkpoints are whole or invisible; the ledger is cut back to the checkpoint that covers it."""
 
+import pytest
 import torch
 
 from learner import checkpoint
@@ -57,3 +58,15 @@ def test_ledger_lines_beyond_the_checkpoint_are_cut(tmp_path):
     assert [e["session_id"] for e in ledger.read()] == ["a", "b"]
     assert ledger.append([{"session_id": "c", "offset": 2}]) > covered
     assert [e["session_id"] for e in Ledger(tmp_path / "ledger.jsonl").read()] == ["a", "b", "c"]
+
+
+def test_a_reader_skips_a_torn_last_line_but_not_a_broken_one_before_it(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    assert checkpoint.read_ledger(path) == []  # no learner has written yet
+    Ledger(path).append([{"session_id": "a"}, {"session_id": "b"}])
+    with path.open("ab") as fh:
+        fh.write(b'{"session_id": "c", "outc')  # the learner was killed mid-write
+    assert [e["session_id"] for e in checkpoint.read_ledger(path)] == ["a", "b"]
+    path.write_bytes(b'{"session_id": "a"}\n{"sess\n{"session_id": "c"}\n')
+    with pytest.raises(ValueError):
+        checkpoint.read_ledger(path)

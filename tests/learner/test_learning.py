@@ -88,7 +88,7 @@ def test_the_learner_raises_heldout_pass_at_1_from_its_own_sampled_traffic(
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
         learning_rate=1e-3,
         negative_advantage_weight=1.0,  # the policy gradient, both signs
-        seed=0,
+        lora_seed=0,
     )
     cfg = BareConfig(
         model_dir=model_dir, vllm_url=vllm_url, base_model=served_model, family=CALCULATOR, seed=11, minutes=0

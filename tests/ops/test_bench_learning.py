@@ -7,20 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gating.heldout import bootstrap_interval, estimate
 from ops.bench._bare_rl import task_stream
-from ops.bench.learning import (
-    QUICK,
-    LearningConfig,
-    Point,
-    Scored,
-    arm_entry,
-    assemble,
-    bootstrap_interval,
-    estimate,
-    paired_gain,
-    parse_args,
-    pick,
-)
+from ops.bench.learning import QUICK, LearningConfig, parse_args
+from ops.bench.learning_report import Point, Scored, arm_entry, assemble, paired_gain, pick
 from ops.simulator import Simulator, SimulatorSettings
 
 
@@ -150,7 +140,7 @@ def test_learner_env_carries_the_recipe_and_the_negative_weight():
     env = LearningConfig(prompts_per_round=8, group_size=4, negative_weight=0.0).learner_env(seed=2)
     assert env["RATCHET_NEGATIVE_ADVANTAGE_WEIGHT"] == "0.0"
     assert env["RATCHET_BATCH_SESSIONS"] == "32"
-    assert env["RATCHET_SEED"] == "2"
+    assert env["RATCHET_LORA_SEED"] == "2"
     assert env["RATCHET_LORA_TARGETS"] == "q_proj,k_proj,v_proj,o_proj"
     assert env["RATCHET_PUBLISH_EVERY_UPDATES"] == "1"
     assert all(key.startswith("RATCHET_") for key in env)
@@ -247,7 +237,7 @@ def test_learner_env_names_only_settings_a_stage_reads():
 
 
 def test_the_benchs_promotions_are_signed_as_the_serving_controller_checks_them():
-    from ops.bench.learning import promotion_tags
+    from ops.bench._ratchet_arm import promotion_tags
     from serving.champion import check_version
 
     key, other = b"k" * 32, b"o" * 32
