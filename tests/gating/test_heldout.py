@@ -44,9 +44,9 @@ def test_estimate_is_the_mean_over_tasks_with_its_interval():
 
 
 def test_the_learning_bench_uses_the_same_helpers():
-    from ops.bench import learning
+    from ops.bench import learning_report
 
-    assert learning.bootstrap_interval is bootstrap_interval and learning.estimate is estimate
+    assert learning_report.estimate is estimate
 
 
 # --- loading, caching and scoring, with a mock vLLM ----------------------------------------------

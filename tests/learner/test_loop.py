@@ -160,7 +160,7 @@ def test_loop_trains_each_session_once_publishes_and_records(
 
 def start_learner(env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "learner.loop", "--idle-exit", "4"],
+        [sys.executable, "-m", "ops.cli", "learner", "run", "--idle-exit", "4"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -181,6 +181,7 @@ def learner_env(settings, **extra: str) -> dict[str, str]:
             for k, v in vars(settings).items()
             if v is not None
         },
+        **({} if settings.mlflow_url else {"RATCHET_MLFLOW_URL": "none"}),  # no MLflow, not the stack's
         **extra,
     }
 
