@@ -30,7 +30,8 @@ class LearnerSettings:
     adapter_store_dir: Path = field(default_factory=lambda: _state_root() / "adapters")
     # checkpoints (adapter, optimizer, offsets, baselines) and the ledger; one learner per folder
     learner_state_dir: Path = field(default_factory=lambda: _state_root() / "learner")
-    mlflow_url: str | None = None  # MLflow server; None: none (`ratchet learner run`: the local stack's)
+    # MLflow server; unset: none (`ratchet learner run`: the local stack's, unless it is set to "none")
+    mlflow_url: str | None = None
     mlflow_experiment: str = "ratchet-learner"  # MLflow experiment, one run per publishing window
     # following the gate (learner/lineage.py): decisions are read from this registered model in MLflow
     registered_model: str = "ratchet-policy"  # the gate's registered model (its champion alias and tags)
