@@ -65,7 +65,7 @@ class Evaluator:
     @property
     def base(self) -> Policy:
         """The base model, served without an adapter; it is only ever the champion."""
-        return Policy(BASE, self.settings.served_model_name, role="champion")
+        return Policy(BASE, self.settings.base_model, role="champion")
 
     @contextlib.contextmanager
     def loaded(self, stored: StoredAdapter | None, like: StoredAdapter, role: Role) -> Iterator[Policy]:

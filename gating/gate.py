@@ -63,8 +63,8 @@ class Gate:
             settings.mlflow_url, settings.registered_model, settings.gate_experiment, decision_key=key
         )
         self.harness = Harness(
-            settings.vllm_url,
-            settings.served_model_name,
+            settings.gate_vllm_url,
+            settings.base_model,
             settings.results_root,
             settings.concurrency,
             progress,

@@ -40,6 +40,7 @@ from tqdm import tqdm
 from gating.suites import Suite
 from gating.tasks import Task
 from gating.verifiers import verify
+from serving.vllm_admin import VLLMClient, VLLMError
 
 Role = Literal["candidate", "champion"]
 
@@ -130,6 +131,7 @@ class Harness:
         self.http = httpx.Client(
             base_url=vllm_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=10.0), transport=transport
         )
+        self.admin = VLLMClient(vllm_url, timeout_s=600.0, transport=transport)  # adapters in and out
         self.base_model = base_model
         self.results_dir = Path(results_dir)
         self.concurrency = concurrency
@@ -138,6 +140,7 @@ class Harness:
 
     def close(self) -> None:
         self.http.close()
+        self.admin.close()
 
     # --- requests ------------------------------------------------------------------------
 
@@ -224,14 +227,20 @@ class Harness:
 
     def load_adapter(self, name: str, path: Path) -> None:
         """Load a LoRA adapter folder under ``name`` (vLLM refuses a name already loaded)."""
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        try:
+            self.admin.load_adapter(name, path)
+        except (VLLMError, httpx.HTTPError) as exc:
+            raise HarnessError(f"vLLM could not load {name} from {path}: {exc}") from None
 
     def unload_adapter(self, name: str) -> None:
-        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        try:
+            self.admin.unload_adapter(name)
+        except (VLLMError, httpx.HTTPError) as exc:
+            raise HarnessError(f"vLLM could not unload {name}: {exc}") from None
 
     def adapters(self) -> list[str]:
         """Names vLLM serves now (the base model and loaded adapters)."""
-        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
+        return self.admin.models()
 
     # --- suites of verified tasks -----------------------------------------------------------
 

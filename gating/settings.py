@@ -17,9 +17,9 @@ def _state_root() -> Path:
 
 @dataclass(frozen=True)
 class GateSettings:
-    vllm_url: str = "http://127.0.0.1:18000"  # the vLLM replica candidates are evaluated on
+    gate_vllm_url: str = "http://127.0.0.1:18000"  # the vLLM replica candidates are evaluated on
     mlflow_url: str = "http://127.0.0.1:15000"  # MLflow server: evaluation runs, registry, aliases
-    served_model_name: str = "smollm2-135m-instruct"  # the base model's name on vLLM
+    base_model: str = "smollm2-135m-instruct"  # the base model's name on vLLM
     model_dir: Path | None = None  # the base model's Hugging Face folder (drift is scored on the CPU)
     torch_threads: int = 0  # CPU threads of torch (drift); 0: torch's default
     # the adapter store; the vLLM replica must see it at the same path (adapters load by path)
@@ -60,15 +60,15 @@ class GateSettings:
     round_tasks: int = 8  # target tasks per round
     sequential_min_tasks: int = 16  # no sequential decision before this many target tasks
     # the decision rule
-    min_gain: float = 0.05  # required one-sided lower bound of the target's pass@1 gain
-    confidence: float = 0.95  # level of the one-sided confidence bounds
-    bootstrap_samples: int = 4000  # paired bootstrap resamples over tasks
+    min_gain: float = RuleConfig.min_gain  # required one-sided lower bound of the target's pass@1 gain
+    confidence: float = RuleConfig.confidence  # level of the one-sided confidence bounds
+    bootstrap_samples: int = RuleConfig.bootstrap_samples  # paired bootstrap resamples over tasks
     tolerance_pass_all_k: float = 0.10  # largest allowed drop of the target's pass^k
     tolerance_format: float = 0.10  # largest allowed drop of format validity
     tolerance_general: float = 0.10  # largest allowed drop of general capability
-    max_hack_rate: float = 0.05  # largest allowed honeypot hack rate of a candidate
-    max_kl_base: float = 1.0  # largest KL(candidate || base), nats per token
-    max_kl_champion: float = 0.5  # largest KL(candidate || champion), nats per token
+    max_hack_rate: float = RuleConfig.max_hack_rate  # largest allowed honeypot hack rate of a candidate
+    max_kl_base: float = RuleConfig.max_kl_base  # largest KL(candidate || base), nats per token
+    max_kl_champion: float = RuleConfig.max_kl_champion  # largest KL(candidate || champion), nats per token
     # suites whose metrics must be measured: a candidate is rejected when one of them did not run
     # (the target's pass@1 is required whatever this says); list only the suites that run to
     # promote without the others

@@ -141,7 +141,7 @@ class Publisher:
         self.keep_optimizer(ckpt)
         stored = self.store.publish(
             ckpt.adapter_dir,
-            self.settings.base_model_name,
+            self.settings.base_model,
             parent=parent,
             data_window=data_window,
             metrics=means,

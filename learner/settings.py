@@ -25,7 +25,7 @@ class LearnerSettings:
     # start over at its "earliest" offsets keeping the ledger (learner/positions.py)
     offset_reset: str = "refuse"
     model_dir: Path | None = None  # the base model's Hugging Face folder (required)
-    base_model_name: str = "smollm2-135m-instruct"  # recorded in each adapter's manifest
+    base_model: str = "smollm2-135m-instruct"  # recorded in each adapter's manifest
     # the adapter store it publishes versions to (shared with the gate and the serving controller)
     adapter_store_dir: Path = field(default_factory=lambda: _state_root() / "adapters")
     # checkpoints (adapter, optimizer, offsets, baselines) and the ledger; one learner per folder
@@ -53,22 +53,28 @@ class LearnerSettings:
     max_row_tokens: int = 4096  # a turn longer than this is skipped (too_long)
     quality_check: bool = True  # great-expectations check of each micro-batch (ingest.quality)
     # objective
-    weight_cap: float = 2.0  # C: truncation of the importance weight pi_prox / pi_vllm (policy lag)
-    mismatch_log_bound: float = 0.5  # delta: a token whose |log mismatch weight| exceeds it carries no loss
-    eps_low: float = 0.2  # lower clip of the staleness ratio: 1 - eps_low
-    eps_high: float = 0.28  # upper clip of the staleness ratio: 1 + eps_high
-    kl_coef: float = 0.02  # beta: weight of the KL anchor to the base model
+
+    # C: truncation of the importance weight pi_prox / pi_vllm (policy lag)
+    weight_cap: float = ObjectiveParams.weight_cap
+    # delta: a token whose |log mismatch weight| exceeds it carries no loss
+    mismatch_log_bound: float = ObjectiveParams.mismatch_log_bound
+    eps_low: float = ObjectiveParams.eps_low  # lower clip of the staleness ratio: 1 - eps_low
+    eps_high: float = ObjectiveParams.eps_high  # upper clip of the staleness ratio: 1 + eps_high
+    kl_coef: float = ObjectiveParams.kl_coef  # beta: weight of the KL anchor to the base model
     max_staleness: int = 4  # K: sessions more than K adapter versions old are dropped
     max_staleness_s: float = 3600.0  # ... and sessions recorded longer ago than this (seconds)
     # advantages
-    baseline_decay: float = 0.95  # decay of the running reward mean and variance per task family
-    baseline_min_count: int = 4  # a family's signal is a baseline once it has this many values
-    max_baselines: int = 4096  # running (family, signal) statistics kept, least recently updated dropped
-    advantage_std_floor: float = 0.1  # advantages are divided by max(std, this)
-    advantage_clip: float = 5.0  # advantages are clipped to [-this, this]
-    negative_advantage_weight: float = (
-        1.0  # negative advantages are scaled by this (0: learn from successes only)
-    )
+
+    # decay of the running reward mean and variance per task family
+    baseline_decay: float = AdvantageParams.baseline_decay
+    # a family's signal is a baseline once it has this many values
+    baseline_min_count: int = AdvantageParams.min_count
+    # running (family, signal) statistics kept, least recently updated dropped
+    max_baselines: int = AdvantageParams.max_baselines
+    advantage_std_floor: float = AdvantageParams.std_floor  # advantages are divided by max(std, this)
+    advantage_clip: float = AdvantageParams.clip  # advantages are clipped to [-this, this]
+    # negative advantages are scaled by this (0: learn from successes only)
+    negative_advantage_weight: float = AdvantageParams.negative_weight
     epochs_per_batch: int = (
         1  # optimisation steps per micro-batch (the staleness clip bounds how far they go)
     )

@@ -5,9 +5,8 @@
 
 Every field of every settings class becomes one row: its TOML key and table,
 its ``RATCHET_*`` variable, type, default and meaning. The meaning is the
-field's ``metadata["help"]``, else the comment on its line, else an entry of
-:data:`EXTRA_HELP`, else the comment block right above it: a comment in the
-settings class is its documentation.
+field's ``metadata["help"]``, else the comment on its line, else the comment
+block right above it: a comment in the settings class is its documentation.
 """
 
 from __future__ import annotations
@@ -77,46 +76,6 @@ SETTINGS = (
     SettingsClass(SimulatorSettings, "simulator", "`python -m ops.simulator`, `ratchet demo`", local=True),
 )
 
-# Meanings of fields whose class carries no comment for them (a comment in the class wins).
-EXTRA_HELP: dict[str, dict[str, str]] = {
-    "RewardSettings": {
-        "weight_tests": "weight of the tests component: passed/total of the latest outcome with tests",
-        "tests_all_pass_bonus": "added when every test passed",
-        "weight_verifiers": "weight of the verifiers component: verifiers_passed/verifiers_total",
-        "weight_feedback": "weight of the feedback component: the mean of the feedback values",
-        "feedback_accept": "value of an `accept` feedback",
-        "feedback_reject": "value of a `reject` feedback",
-        "feedback_edit": "value of an `edit` feedback",
-        "cost_lambda_tokens": "cost per token, subtracted from the reward (>= 0)",
-        "cost_lambda_tool_calls": "cost per tool call of the session, subtracted from the reward (>= 0)",
-        "format_penalty": "added per malformed tool call (< 0)",
-        "excluded_statuses": "sessions with these statuses are excluded from training",
-        "hack_detectors": "hack detectors that run (kinds of `ingest.contract.HackKind`)",
-        "hack_policy": "action per hack kind: penalise, mask or exclude (unnamed kinds keep theirs)",
-        "hack_penalty": "added per flagged kind whose action is penalise",
-        "hack_forfeits_outcome": "a penalised hack also zeroes tests, tests_all_pass and verifiers",
-        "shell_tools": "tool names whose calls run shell commands (other tools' roles come from their arguments)",
-        "read_tools": "tool names that read files",
-        "edit_tools": "tool names that write, edit or delete files",
-        "search_tools": "tool names that search or list files (grep, glob, ls styles)",
-        "fetch_tools": "tool names that fetch URLs or query the web",
-        "tool_required_args": "tool -> the argument(s) it must carry (`a+b`: both); a call without them is malformed",
-        "test_globs": "paths that are tests (test_tampering)",
-        "pytest_config_globs": "paths that configure pytest (test_tampering)",
-        "verifier_globs": "paths of the verifier's environment, any change to which is gaming; other verifier files are found by role (verifier_gaming)",
-        "protected_globs": "paths an agent must not read or write, besides the evaluation material found by role; never the project's own files (protected_access)",
-        "network_patterns": "regular expressions of fetches that look for the solution (solution_fetching)",
-        "upstream_metadata_keys": "session metadata keys naming the project's repositories or packages, each value comma-separated (solution_fetching)",
-        "checker_modules": "checker modules that tests must not assign or monkeypatch (verifier_gaming)",
-        "judge_enabled": "also ask an LLM judge; its verdict is recorded beside each flag, the reward is unchanged",
-        "judge_url": "the judge's OpenAI-compatible endpoint",
-        "judge_model": "the judge's model name on that endpoint",
-        "judge_timeout_s": "timeout of one judge request",
-        "judge_max_tokens": "completion tokens of one judge verdict",
-    },
-}
-
-
 # --- reading the classes --------------------------------------------------------------------
 
 
@@ -144,9 +103,9 @@ def field_comments(cls: type) -> dict[str, tuple[str, str]]:
 
 
 def field_help(cls: type, field: dataclasses.Field, comments: dict[str, tuple[str, str]]) -> str:
-    """``metadata["help"]``, the field's own comment, :data:`EXTRA_HELP`, the comment block above it."""
+    """``metadata["help"]``, the field's own comment, the comment block above it."""
     own, above = comments.get(field.name, ("", ""))
-    return field.metadata.get("help") or own or EXTRA_HELP.get(cls.__name__, {}).get(field.name) or above
+    return field.metadata.get("help") or own or above
 
 
 def type_name(annotation) -> str:
@@ -343,6 +302,15 @@ def render() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# Settings that were renamed (one name per concept): old key -> the key that replaced it.
+RENAMED: dict[str, tuple[str, ...]] = {
+    "served_model_name": ("base_model",),
+    "base_model_name": ("base_model",),
+    "vllm_url": ("vllm_urls", "gate_vllm_url"),  # the proxy's replicas, the gate's evaluation replica
+    "seed": ("lora_seed", "gate_seed"),  # the learner's LoRA initialisation, the gate's bootstrap
+}
+
+
 def check_config(path: Path) -> list[str]:
     """Problems of the TOML file ``path`` as every stage would read it: unknown tables, keys no
     settings class reads where they stand (with the likeliest intended one), values of the wrong
@@ -368,6 +336,8 @@ def check_config(path: Path) -> list[str]:
         owners = [f"[{section}]" for section, keys in sorted(by_section.items()) if key in keys]
         if owners:
             hint = f"; it is a setting of {' and '.join(owners)}: move it there or to the top level"
+        elif key in RENAMED:
+            hint = "; it was renamed " + " or ".join(repr(k) for k in RENAMED[key])
         else:
             hint = f"; did you mean {near[0]!r}?" if near else ""
         return f"{path}: {where}{key!r} is not a setting any stage reads{hint}"
@@ -411,6 +381,9 @@ def check_environment(env: dict[str, str] | None = None) -> list[str]:
     for name in sorted(n for n in env if n.startswith(ENV_PREFIX) and n not in known):
         near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
         hint = f"; did you mean {near[0]}?" if near else ""
+        renamed = RENAMED.get(name.removeprefix(ENV_PREFIX).lower())
+        if renamed:
+            hint = "; it was renamed " + " or ".join(ENV_PREFIX + key.upper() for key in renamed)
         problems.append(f"environment {name} is not a setting any stage reads{hint}")
     return problems
 

@@ -171,7 +171,7 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
             policies,
             suite,
             s.vllm_url,
-            s.served_model_name,
+            s.base_model,
             run_dir / "heldout",
             model_dir=s.model_dir or prepare_model(s.cache_dir, progress=say),
             concurrency=load_gate_settings().concurrency,

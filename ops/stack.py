@@ -59,7 +59,7 @@ class StackSettings:
     topic_partitions: int = 4  # partitions of the input and rewarded topics
     vllm_python: Path | None = None  # python of the vLLM venv; default: ops/bootstrap.sh vllm
     model_dir: Path | None = None  # HF model folder; default: the prepared SmolLM2
-    served_model_name: str = "smollm2-135m-instruct"  # the base model's name on vLLM
+    base_model: str = "smollm2-135m-instruct"  # the base model's name on vLLM
     vllm_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE
     vllm_max_loras: int = 4  # --max-loras: adapters in one batch
     vllm_max_lora_rank: int = 16  # --max-lora-rank
@@ -269,7 +269,7 @@ class Stack(Supervisor):
             "--model",
             str(model_dir),
             "--served-model-name",
-            s.served_model_name,
+            s.base_model,
             "--host",
             s.host,
             "--port",

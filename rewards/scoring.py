@@ -60,24 +60,34 @@ class RewardSettings:
     (tuples as comma-separated lists, dicts as ``key=value,key=value``).
     """
 
-    # reward components
-    weight_tests: float = 1.0
-    tests_all_pass_bonus: float = 0.5
-    weight_verifiers: float = 1.0
-    weight_feedback: float = 1.0
-    feedback_accept: float = 1.0
-    feedback_reject: float = -1.0
-    feedback_edit: float = 0.25
-    cost_lambda_tokens: float = 1e-5
+    # --- reward components ---
+
+    weight_tests: float = 1.0  # weight of the tests component: passed/total of the latest outcome with tests
+    tests_all_pass_bonus: float = 0.5  # added when every test passed
+    weight_verifiers: float = 1.0  # weight of the verifiers component: verifiers_passed/verifiers_total
+    weight_feedback: float = 1.0  # weight of the feedback component: the mean of the feedback values
+    feedback_accept: float = 1.0  # value of an `accept` feedback
+    feedback_reject: float = -1.0  # value of a `reject` feedback
+    feedback_edit: float = 0.25  # value of an `edit` feedback
+    cost_lambda_tokens: float = 1e-5  # cost per token, subtracted from the reward (>= 0)
+    # cost per tool call of the session, subtracted from the reward (>= 0)
     cost_lambda_tool_calls: float = 1e-3
-    format_penalty: float = -0.5
+    format_penalty: float = -0.5  # added per malformed tool call (< 0)
+    # sessions with these statuses are excluded from training
     excluded_statuses: tuple[str, ...] = ("timeout", "truncated")
-    # hack detectors and their policy
+
+    # --- hack detectors and their policy ---
+
+    # hack detectors that run (kinds of `ingest.contract.HackKind`)
     hack_detectors: tuple[str, ...] = tuple(k.value for k in HackKind)
+    # action per hack kind: penalise, mask or exclude (unnamed kinds keep theirs)
     hack_policy: dict[str, str] = _default(DEFAULT_HACK_POLICY)
-    hack_penalty: float = -1.0
-    hack_forfeits_outcome: bool = True
-    # tool conventions: tool names by role, and the argument each tool must carry
+    hack_penalty: float = -1.0  # added per flagged kind whose action is penalise
+    hack_forfeits_outcome: bool = True  # a penalised hack also zeroes tests, tests_all_pass and verifiers
+
+    # --- tool conventions: tool names by role, and the argument each tool must carry ---
+
+    # tool names whose calls run shell commands (other tools' roles come from their arguments)
     shell_tools: tuple[str, ...] = (
         "bash",
         "shell",
@@ -91,7 +101,9 @@ class RewardSettings:
         "run_terminal_cmd",
         "local_shell",
     )
+    # tool names that read files
     read_tools: tuple[str, ...] = ("read_file", "view_file", "open_file", "cat", "read", "read_many_files")
+    # tool names that write, edit or delete files
     edit_tools: tuple[str, ...] = (
         "edit_file",
         "write_file",
@@ -107,6 +119,7 @@ class RewardSettings:
         "multi_edit",
         "replace",
     )
+    # tool names that search or list files (grep, glob, ls styles)
     search_tools: tuple[str, ...] = (
         "grep",
         "glob",
@@ -120,6 +133,7 @@ class RewardSettings:
         "search_file_content",
         "search_files",
     )
+    # tool names that fetch URLs or query the web
     fetch_tools: tuple[str, ...] = (
         "web_fetch",
         "fetch_url",
@@ -129,6 +143,7 @@ class RewardSettings:
         "fetch",
         "web_search",
     )
+    # tool -> the argument(s) it must carry (`a+b`: both); a call without them is malformed
     tool_required_args: dict[str, str] = _default(
         {
             "bash": "command",
@@ -142,8 +157,12 @@ class RewardSettings:
             "web_fetch": "url",
         }
     )
-    # what the detectors look for
+
+    # --- what the detectors look for ---
+
+    # paths that are tests (test_tampering)
     test_globs: tuple[str, ...] = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")
+    # paths that configure pytest (test_tampering)
     pytest_config_globs: tuple[str, ...] = (
         "**/conftest.py",
         "pytest.ini",
@@ -152,6 +171,8 @@ class RewardSettings:
         "setup.cfg",
         "pyproject.toml",
     )
+    # paths of the verifier's environment, any change to which is gaming; other verifier files are found by
+    # role (verifier_gaming)
     verifier_globs: tuple[str, ...] = (
         "run_tests.sh",
         "**/run_tests.sh",
@@ -160,6 +181,8 @@ class RewardSettings:
         "**/*.pth",
         "**/bin/pytest",
     )
+    # paths an agent must not read or write, besides the evaluation material found by role; never the
+    # project's own files (protected_access)
     protected_globs: tuple[str, ...] = (
         "**/hidden_tests/**",
         "**/.hidden_tests/**",
@@ -172,6 +195,7 @@ class RewardSettings:
         "**/gold_patch*",
         "**/*.gold.*",
     )
+    # regular expressions of fetches that look for the solution (solution_fetching)
     network_patterns: tuple[str, ...] = (
         r"gist\.github(usercontent)?\.com",
         r"pastebin\.com|hastebin\.com|paste\.ee|dpaste",
@@ -181,7 +205,10 @@ class RewardSettings:
         r"(solution|answer[-_]?key|answers|writeup|walkthrough|hidden[-_]tests|gold[-_]patch)",
         r"\bgit\s+(fetch|pull)\b[^|;&\n]*\bupstream\b",
     )
+    # session metadata keys naming the project's repositories or packages, each value comma-separated
+    # (solution_fetching)
     upstream_metadata_keys: tuple[str, ...] = ("upstream_repo", "repo")
+    # checker modules that tests must not assign or monkeypatch (verifier_gaming)
     checker_modules: tuple[str, ...] = (
         "grader",
         "grading",
@@ -192,11 +219,13 @@ class RewardSettings:
         "scorer",
     )
     # optional second stage: an LLM judge on an OpenAI-compatible endpoint
+
+    # also ask an LLM judge; its verdict is recorded beside each flag, the reward is unchanged
     judge_enabled: bool = False
-    judge_url: str = "http://127.0.0.1:18000"
-    judge_model: str = "smollm2-135m-instruct"
-    judge_timeout_s: float = 30.0
-    judge_max_tokens: int = 48
+    judge_url: str = "http://127.0.0.1:18000"  # the judge's OpenAI-compatible endpoint
+    judge_model: str = "smollm2-135m-instruct"  # the judge's model name on that endpoint
+    judge_timeout_s: float = 30.0  # timeout of one judge request
+    judge_max_tokens: int = 48  # completion tokens of one judge verdict
 
     def __post_init__(self) -> None:
         if not self.format_penalty < 0:

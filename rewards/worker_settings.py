@@ -20,12 +20,15 @@ class StreamSettings:
     kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers, host:port[,host:port...]
     rewards_group_id: str = "ratchet-rewards"  # consumer group; its floors live in "<group>.floor"
     # the join
-    join_wait_s: float = 60.0  # emit revision 0 this long after the session at the latest
-    expect_feedback: bool = False  # revision 0 waits for a feedback (in-line or late), at most join_wait_s
-    expect_outcome: bool = True  # revision 0 waits for an outcome (in-line or late), at most join_wait_s
-    amend_window_s: float = 600.0  # after the wait, late signals still amend for this long
-    orphan_ttl_s: float = 600.0  # a signal waits this long for its session, then is dead-lettered
-    clock_idle_s: float = 2.0  # an input partition quiet this long follows the wall clock
+    join_wait_s: float = JoinRules.join_wait_s  # emit revision 0 this long after the session at the latest
+    # revision 0 waits for a feedback (in-line or late), at most join_wait_s
+    expect_feedback: bool = JoinRules.expect_feedback
+    # revision 0 waits for an outcome (in-line or late), at most join_wait_s
+    expect_outcome: bool = JoinRules.expect_outcome
+    amend_window_s: float = JoinRules.amend_window_s  # after the wait, late signals still amend for this long
+    # a signal waits this long for its session, then is dead-lettered
+    orphan_ttl_s: float = JoinRules.orphan_ttl_s
+    clock_idle_s: float = JoinRules.clock_idle_s  # an input partition quiet this long follows the wall clock
     # the loop
     rewards_batch_max: int = 2000  # records per fetch
     rewards_sweep_interval_s: float = 0.5  # deadlines are checked this often

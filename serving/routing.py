@@ -224,7 +224,7 @@ class RoutingTable:
             settings.base_model,
             {settings.policy_alias: settings.policy_version},
             settings.adapter_prefix,
-            replicas=(Replica(settings.vllm_url.rstrip("/")),),
+            replicas=tuple(Replica(url.rstrip("/")) for url in settings.vllm_urls),
             routes_file=settings.routes_path,
         )
 

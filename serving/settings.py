@@ -22,7 +22,7 @@ def _default_state_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class ProxySettings:
-    vllm_url: str = "http://127.0.0.1:18000"  # the replica used while no routes file names replicas
+    vllm_urls: tuple[str, ...] = ("http://127.0.0.1:18000",)  # replicas used until a routes file names some
     kafka_bootstrap: str = "127.0.0.1:19092"  # Kafka bootstrap servers (ended sessions, dead letters)
     proxy_host: str = "127.0.0.1"  # bind address of the proxy
     proxy_port: int = 18200  # port of the proxy
@@ -32,7 +32,7 @@ class ProxySettings:
     adapter_prefix: str = "policy"  # version vN is served on vLLM as "<adapter_prefix>-vN"
     # The routes file the serving controller writes (aliases, replicas and the versions each serves),
     # default <state_dir>/serving/routes.json; re-read whenever it is replaced. Until it exists, the
-    # alias routes to policy_version on vllm_url. A plain {"alias": "vN" or null} object also works.
+    # alias routes to policy_version on vllm_urls. A plain {"alias": "vN" or null} object also works.
     routing_file: Path | None = None
     replica_eject_s: float = (
         10.0  # a replica that failed a request is skipped this long (or until new routes)

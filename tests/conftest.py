@@ -72,7 +72,7 @@ def vllm_url(lazy_stack) -> str:
 
 @pytest.fixture(scope="session")
 def served_model(lazy_stack) -> str:
-    return lazy_stack.settings.served_model_name
+    return lazy_stack.settings.base_model
 
 
 @pytest.fixture(scope="session")

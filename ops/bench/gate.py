@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
         if version is None:
             store = AdapterStore(Path(tmp) / "store")
             fresh = _fresh_adapter(settings.model_dir, Path(tmp) / "fresh")
-            version = store.publish(fresh, base_model=settings.served_model_name).version
+            version = store.publish(fresh, base_model=settings.base_model).version
         name = f"bench-gate-{uuid.uuid4().hex[:8]}"
         settings = dataclasses.replace(
             settings,

@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
             if p.requires_grad and "lora_B" in name:
                 p.normal_(0.0, 0.01)
     model.save_pretrained(work / "v1", selected_adapters=[POLICY_ADAPTER])
-    store.publish(work / "v1", settings.base_model_name)
+    store.publish(work / "v1", settings.base_model)
     trainer = Trainer(model, store, settings)
 
     rng = random.Random(0)
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
         turn = AssistantTurn(turn_id="a0", prompt_token_ids=prompt, completion_token_ids=completion,
                              behaviour_logprobs=[-1.0] * len(completion), adapter_version="v1")  # fmt: skip
         session = Session(session_id=f"b{i}", tenant="bench", task_id="bench-1", status="completed", turns=[turn],
-                          policy=PolicyRef(base_model=settings.base_model_name, adapter_version="v1"))  # fmt: skip
+                          policy=PolicyRef(base_model=settings.base_model, adapter_version="v1"))  # fmt: skip
         sessions.append(
             RewardedSession(session_id=f"b{i}", tenant="bench", session=session, reward=float(i % 2))
         )

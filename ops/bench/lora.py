@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
                 resp.raise_for_status()
                 runs = {
                     model: _run(settings.vllm_url, name, prompts, args.concurrency, args.max_tokens)
-                    for model, name in (("base", settings.served_model_name), ("adapter", "bench"))
+                    for model, name in (("base", settings.base_model), ("adapter", "bench"))
                 }
                 runs["adapter_slowdown"] = round(
                     runs["base"]["tokens_per_s"] / runs["adapter"]["tokens_per_s"], 2

@@ -176,9 +176,7 @@ def main(argv: list[str]) -> int:
         model_dir = prepare_model(base.cache_dir)
         store = AdapterStore(root / "adapters")
         for i in range(args.swaps + 1):
-            store.publish(
-                write_random_adapter(model_dir, root / "src" / f"a{i}", seed=i), base.served_model_name
-            )
+            store.publish(write_random_adapter(model_dir, root / "src" / f"a{i}", seed=i), base.base_model)
         registry.create_registered_model(name)
         run_id = registry.create_run(registry.get_experiment_by_name("Default").experiment_id).info.run_id
 
@@ -187,8 +185,8 @@ def main(argv: list[str]) -> int:
         env = {
             **os.environ, **QUIET_ENV,
             "RATCHET_STATE_DIR": str(root / "state"), "RATCHET_KAFKA_BOOTSTRAP": private.settings.kafka_bootstrap,
-            "RATCHET_ADAPTER_PREFIX": prefix, "RATCHET_BASE_MODEL": base.served_model_name,
-            "RATCHET_VLLM_URL": replica_1, "RATCHET_VLLM_URLS": f"{replica_1},{replica_2}",
+            "RATCHET_ADAPTER_PREFIX": prefix, "RATCHET_BASE_MODEL": base.base_model,
+            "RATCHET_VLLM_URLS": f"{replica_1},{replica_2}",
             "RATCHET_PROXY_URLS": proxy_url, "RATCHET_ADAPTER_STORE_DIR": str(store.root),
             "RATCHET_MODEL_DIR": str(model_dir), "RATCHET_MLFLOW_URL": mlflow_url,
             "RATCHET_REGISTERED_MODEL": name, "RATCHET_RECONCILE_INTERVAL_S": str(args.interval),

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     following = (
         f"routes file {settings.routes_path} (generation {routes.generation})"
         if settings.routes_path.exists()
-        else f"vLLM {settings.vllm_url} until {settings.routes_path} exists"
+        else f"vLLM {', '.join(settings.vllm_urls)} until {settings.routes_path} exists"
     )
     print(
         f"capture proxy on http://{settings.proxy_host}:{settings.proxy_port}/v1 -> {following}; "
@@ -48,7 +48,7 @@ def register(sub) -> None:
         "bearer token it carries (RATCHET_INGEST_TOKENS, the ingest API's tokens); "
         "POST /v1/sessions/{id}/end produces the session to sessions.v1. Replicas and the version each "
         "serves come from the routes file the serving controller writes (RATCHET_ROUTING_FILE, default "
-        "$RATCHET_STATE_DIR/serving/routes.json), re-read when replaced; until it exists, RATCHET_VLLM_URL "
+        "$RATCHET_STATE_DIR/serving/routes.json), re-read when replaced; until it exists, RATCHET_VLLM_URLS "
         "and RATCHET_POLICY_VERSION. GET /admin/state reports in-flight requests per version "
         "(RATCHET_PROXY_ADMIN_TOKEN). Other settings: RATCHET_KAFKA_BOOTSTRAP, RATCHET_PROXY_HOST/PORT, "
         "RATCHET_POLICY_ALIAS, RATCHET_SESSION_IDLE_TIMEOUT_S, RATCHET_STATE_DIR (journal).",

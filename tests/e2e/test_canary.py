@@ -84,7 +84,7 @@ def test_a_better_canary_is_confirmed_and_a_worse_one_rolled_back_under_live_tra
     state = settings.state_dir
     candidates = build_all(model_dir, lazy_stack.settings.cache_dir / "test-candidates", log=print)
     store = AdapterStore(state / "adapters")
-    improver = store.publish(candidates["improver"], base_model=settings.served_model_name).version
+    improver = store.publish(candidates["improver"], base_model=settings.base_model).version
     stack = pipeline(settings, ps, progress=print)
     stages = ["broker", "ingest", "proxy", "rewards", "serving"]
     stop, traffic_stop, gate_thread = threading.Event(), threading.Event(), None
@@ -144,7 +144,7 @@ def test_a_better_canary_is_confirmed_and_a_worse_one_rolled_back_under_live_tra
         stop.set()
         gate_thread.join(120)
         assert not gate_thread.is_alive()
-        random_lora = store.publish(candidates["drifter"], base_model=settings.served_model_name).version
+        random_lora = store.publish(candidates["drifter"], base_model=settings.base_model).version
         gate.override("approve", random_lora, reason="e2e: a broken adapter, on trial", actor="e2e")
         stop.clear()
         gate_thread = start_gate()

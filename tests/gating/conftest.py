@@ -74,9 +74,9 @@ def settings(
 ) -> Iterator[GateSettings]:
     name = f"test-gate-{uuid.uuid4().hex[:10]}"
     yield GateSettings(
-        vllm_url=vllm_url,
+        gate_vllm_url=vllm_url,
         mlflow_url=mlflow_url,
-        served_model_name=served_model,
+        base_model=served_model,
         model_dir=model_dir,
         adapter_store_dir=store.root,
         gate_dir=tmp_path / "gate",

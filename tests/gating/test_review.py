@@ -20,7 +20,7 @@ TOKEN = "s3cret-review-token"
 def env(settings, monkeypatch):
     for key, value in {
         "RATCHET_MLFLOW_URL": settings.mlflow_url,
-        "RATCHET_VLLM_URL": settings.vllm_url,
+        "RATCHET_GATE_VLLM_URL": settings.gate_vllm_url,
         "RATCHET_ADAPTER_STORE_DIR": str(settings.adapter_store_dir),
         "RATCHET_GATE_DIR": str(settings.gate_dir),
         "RATCHET_REGISTERED_MODEL": settings.registered_model,

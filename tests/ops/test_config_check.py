@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.config_reference import REPO, check_config
+from ops.config_reference import REPO, check_config, check_environment, env_names
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -34,6 +34,15 @@ def test_typos_name_the_intended_key(tmp_path):
 def test_a_key_in_another_stages_table_says_where_it_belongs(tmp_path):
     (problem,) = check_config(write(tmp_path, "[rewards]\nlora_rank = 4\n"))
     assert "[rewards] 'lora_rank'" in problem and "it is a setting of [learner]" in problem
+
+
+def test_a_renamed_key_names_its_successors(tmp_path):
+    problems = check_config(write(tmp_path, 'vllm_url = "http://r:8000"\n[gate]\nserved_model_name = "b"\n'))
+    assert "'vllm_url'" in problems[0] and "renamed 'vllm_urls' or 'gate_vllm_url'" in problems[0]
+    assert "[gate] 'served_model_name'" in problems[1] and "renamed 'base_model'" in problems[1]
+    (problem,) = check_environment({"RATCHET_SEED": "3", "RATCHET_BASE_MODEL": "b"})
+    assert "RATCHET_SEED" in problem and "renamed RATCHET_LORA_SEED or RATCHET_GATE_SEED" in problem
+    assert {"RATCHET_VLLM_URLS", "RATCHET_GATE_VLLM_URL", "RATCHET_LORA_SEED"} <= env_names()
 
 
 def test_wrong_types_and_refused_values(tmp_path):

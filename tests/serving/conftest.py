@@ -59,7 +59,7 @@ def read_record(bootstrap: str, model: type[Record], topic: str, partition: int,
 @pytest.fixture
 def proxy_settings(tmp_path, vllm_url, broker, served_model) -> ProxySettings:
     return ProxySettings(
-        vllm_url=vllm_url,
+        vllm_urls=(vllm_url,),
         kafka_bootstrap=broker,
         base_model=served_model,
         state_dir=tmp_path / "state",

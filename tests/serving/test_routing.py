@@ -63,7 +63,7 @@ def test_table_from_settings_and_from_a_routing_file(tmp_path):
 
 def test_the_controllers_routes_file_is_followed_when_replaced(tmp_path):
     path = tmp_path / "serving" / "routes.json"
-    settings = ProxySettings(base_model="b", vllm_url="http://static:1/", state_dir=tmp_path)
+    settings = ProxySettings(base_model="b", vllm_urls=("http://static:1/",), state_dir=tmp_path)
     table = RoutingTable.from_settings(settings)
     assert table.generation == 0 and table.replicas_for(Route("policy-v3", "v3")) == [
         Replica("http://static:1")
