@@ -26,6 +26,9 @@ def endpoints(proxy_settings, broker):  # noqa: F811
         yield proxy_url, str(ingest_api.base_url).rstrip("/")
 
 
+SESSIONS = 12  # one task's group; enough that the base model calls the tool in at least one
+
+
 def simulate(proxy_url: str, ingest_url: str, followup_tokens: int) -> list:
     settings = SimulatorSettings(
         proxy_url=proxy_url,
@@ -33,7 +36,7 @@ def simulate(proxy_url: str, ingest_url: str, followup_tokens: int) -> list:
         sim_tenant="acme",
         sim_token=TOKENS["acme"],
         sim_concurrency=4,
-        sim_group_size=4,
+        sim_group_size=SESSIONS,
         sim_mix={"calculator": "1"},
         sim_max_tokens=24,
         sim_followup_max_tokens=followup_tokens,
@@ -41,7 +44,7 @@ def simulate(proxy_url: str, ingest_url: str, followup_tokens: int) -> list:
         sim_feedback_rate=0.0,
     )
     sim = Simulator(settings, progress=lambda _: None)
-    results = asyncio.run(sim.run(max_sessions=4))
+    results = asyncio.run(sim.run(max_sessions=SESSIONS))
     assert not sim.errors, sim.errors
     return results
 
@@ -51,8 +54,8 @@ def test_a_simulated_session_has_one_turn_per_model_call_and_its_outcome(endpoin
     proxy_url, ingest_url = endpoints
     results = simulate(proxy_url, ingest_url, followup_tokens)
     ids = {r.session_id.encode(): r for r in results}
-    assert len(ids) == 4 and len({r.task_id for r in results}) == 1  # one task's group
-    found = read_topic(broker, topics.SESSIONS, keep=lambda k, v: k in ids, done=lambda f: len(f) >= 4)
+    assert len(ids) == SESSIONS and len({r.task_id for r in results}) == 1  # one task's group
+    found = read_topic(broker, topics.SESSIONS, keep=lambda k, v: k in ids, done=lambda f: len(f) >= SESSIONS)
     calls = 0
     for key, value in found:
         session = parse(Session, value)
@@ -69,6 +72,8 @@ def test_a_simulated_session_has_one_turn_per_model_call_and_its_outcome(endpoin
         else:
             assert roles == ["user", "assistant"], roles
     assert calls > 0  # the model made a tool call at least once: both ways were exercised
-    outcomes = read_topic(broker, topics.OUTCOMES, keep=lambda k, v: k in ids, done=lambda f: len(f) >= 4)
+    outcomes = read_topic(
+        broker, topics.OUTCOMES, keep=lambda k, v: k in ids, done=lambda f: len(f) >= SESSIONS
+    )
     for key, value in outcomes:
         assert parse(Outcome, value).verifiers_passed == int(ids[key].passed)
