@@ -72,19 +72,32 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
+def _file_values(section: str, env: dict[str, str]) -> dict[str, Any]:
+    """The keys the TOML file named by ``RATCHET_CONFIG`` sets for ``section`` (top level, then its table)."""
+    config_path = env.get(ENV_PREFIX + "CONFIG")
+    if not config_path:
+        return {}
+    path = Path(config_path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"RATCHET_CONFIG points at {path}, which is not a file")
+    with path.open("rb") as fh:
+        data = tomllib.load(fh)
+    values = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    values.update(data.get(section, {}))
+    return values
+
+
+def is_configured(name: str, section: str, env: dict[str, str] | None = None) -> bool:
+    """Whether setting ``name`` is set at all (environment or TOML file), even to "none"."""
+    env = dict(os.environ if env is None else env)
+    return ENV_PREFIX + name.upper() in env or name in _file_values(section, env)
+
+
 def load(cls: type[T], section: str, env: dict[str, str] | None = None, **overrides: Any) -> T:
     """Build settings ``cls`` from defaults, the TOML file, the environment and ``overrides``."""
     env = dict(os.environ if env is None else env)
-    file_values: dict[str, Any] = {}
     config_path = env.get(ENV_PREFIX + "CONFIG")
-    if config_path:
-        path = Path(config_path).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"RATCHET_CONFIG points at {path}, which is not a file")
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-        file_values = {k: v for k, v in data.items() if not isinstance(v, dict)}
-        file_values.update(data.get(section, {}))
+    file_values = _file_values(section, env)
 
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import signal
 import sys
 from collections import Counter
@@ -14,6 +13,7 @@ from collections import Counter
 def _settings(for_training: bool):
     """The learner's settings; for training, the local stack fills in the model and MLflow when they are
     not configured at all (``RATCHET_MLFLOW_URL=none`` runs without MLflow)."""
+    from ingest.config import is_configured
     from learner.settings import load_settings
 
     settings = load_settings()
@@ -26,7 +26,7 @@ def _settings(for_training: bool):
             settings = dataclasses.replace(
                 settings, model_dir=stack.model_dir or prepare_model(stack.cache_dir)
             )
-        if settings.mlflow_url is None and "RATCHET_MLFLOW_URL" not in os.environ:
+        if settings.mlflow_url is None and not is_configured("mlflow_url", "learner"):
             settings = dataclasses.replace(settings, mlflow_url=stack.mlflow_url)
     return settings
 
