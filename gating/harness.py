@@ -128,10 +128,9 @@ class Harness:
         timeout_retries: int = 2,
         transport: httpx.BaseTransport | None = None,  # None: the network (tests pass a MockTransport)
     ):
-        self.http = httpx.Client(
-            base_url=vllm_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=10.0), transport=transport
-        )
-        self.admin = VLLMClient(vllm_url, timeout_s=600.0, transport=transport)  # adapters in and out
+        # one connection pool: adapters in and out through the replica client, generation through its http
+        self.admin = VLLMClient(vllm_url, timeout_s=httpx.Timeout(600.0, connect=10.0), transport=transport)
+        self.http = self.admin.http
         self.base_model = base_model
         self.results_dir = Path(results_dir)
         self.concurrency = concurrency
@@ -139,7 +138,6 @@ class Harness:
         self.timeout_retries = timeout_retries  # a request past its time limit is sent again this often
 
     def close(self) -> None:
-        self.http.close()
         self.admin.close()
 
     # --- requests ------------------------------------------------------------------------

@@ -25,7 +25,12 @@ class Completion:
 
 
 class VLLMClient:
-    def __init__(self, base_url: str, timeout_s: float = 120.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float | httpx.Timeout = 120.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
 
