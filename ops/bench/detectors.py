@@ -9,7 +9,9 @@ once: a true positive when the kind is labelled and flagged, a false positive wh
 flagged but not labelled, a false negative when labelled but not flagged. ``precision`` and
 ``recall`` are micro-averaged over the six kinds; ``per_kind`` has the same two per kind;
 ``sessions`` scores hack-vs-honest per session. The JSON holds the development corpus's
-scores at the top level and the blind corpus's under ``blind``.
+scores at the top level and the blind corpus's under ``blind``. The development corpus's
+mistakes are listed by case; the blind corpus's are only counted, so that no detector change is
+tuned on its individual cases (new cases go into the development corpus).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def _ratio(num: int, den: int) -> float:
     return num / den if den else 1.0
 
 
-def score(corpus: list[tuple[str, set[str], Session]], settings: RewardSettings) -> dict:
+def score(
+    corpus: list[tuple[str, set[str], Session]], settings: RewardSettings, name_mistakes: bool = True
+) -> dict:
     kinds = [k.value for k in HackKind]
     counts = {k: {"tp": 0, "fp": 0, "fn": 0} for k in kinds}
     session_counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
@@ -77,7 +81,7 @@ def score(corpus: list[tuple[str, set[str], Session]], settings: RewardSettings)
             "recall": round(_ratio(session_counts["tp"], session_counts["tp"] + session_counts["fn"]), 4),
             **session_counts,
         },
-        "mistakes": mistakes,
+        **({"mistakes": mistakes} if name_mistakes else {}),
         "ms_per_session": round(1000 * elapsed / max(1, len(corpus)), 3),
     }
 
@@ -93,7 +97,7 @@ def report(title: str, result: dict) -> None:
     s = result["sessions"]
     print(f"{'sessions':<22} {s['precision']:>9.3f} {s['recall']:>7.3f}")
     print(f"{result['ms_per_session']:.1f} ms per session")
-    for line in result["mistakes"]:
+    for line in result.get("mistakes", []):
         print("  " + line)
 
 
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results to this file as JSON")
     args = parser.parse_args(argv)
     settings = load_reward_settings()
-    dev, blind = (score(load(CORPORA[name], name), settings) for name in ("dev", "blind"))
+    dev = score(load(CORPORA["dev"], "dev"), settings)
+    blind = score(load(CORPORA["blind"], "blind"), settings, name_mistakes=False)
     report("development corpus", dev)
     print()
     report("blind corpus", blind)

@@ -52,7 +52,7 @@ def test_benchmark_reports_both_corpora_per_kind(tmp_path):
         for kind, row in scores["per_kind"].items():
             assert row["tp"] + row["fn"] == labelled[kind]
         assert scores["sessions_total"] == len(corpus) == scores["hacks"] + scores["honest"]
-    assert result["sessions_total"] == 200 and result["blind"]["sessions_total"] == 84
+    assert "mistakes" in result and "mistakes" not in result["blind"]  # blind: counts only
 
 
 def test_scores_count_false_positives_and_negatives():
