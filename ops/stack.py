@@ -1,5 +1,8 @@
 """The local stack: Kafka-protocol broker, MLflow and vLLM as supervised processes.
 
+Two topologies (``topology``): "local", and "production": the broker on S3
+(SeaweedFS), MLflow on PostgreSQL (:mod:`ops.postgres`) with its artifacts on S3.
+
 Each component is a recipe (its command line, environment, address and health
 check) run by :class:`ops.supervisor.Supervisor`: its own process group, a PID
 file, a log file and its data under one state folder. ``up`` is idempotent (a
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from ingest.brokers import client_config
 from ingest.config import load
+from ops import postgres
 from ops.supervisor import (  # noqa: F401 (QUIET_ENV, free_port: the stack's users import them here)
     QUIET_ENV,
     REPO,
@@ -34,6 +38,16 @@ from ops.supervisor import (  # noqa: F401 (QUIET_ENV, free_port: the stack's us
     port_open,
 )
 
+TOPOLOGIES = ("local", "production")
+# S3 buckets on SeaweedFS: the broker's, and MLflow's artifacts in the production topology.
+TANSU_BUCKET, MLFLOW_BUCKET = "tansu", "mlflow"
+# What talks to the local S3 (the broker; the MLflow server in the production topology) gets these
+# keys; SeaweedFS's `weed mini` accepts them (and anonymous requests).
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "ratchet",
+    "AWS_SECRET_ACCESS_KEY": "ratchet",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 TOOLS_TEMPLATE = REPO / "ops" / "templates" / "smollm2_tools.jinja"  # SmolLM2's chat template + tools
 VLLM_SITE = REPO / "ops" / "vllm_site"  # sitecustomize of the local vLLM: its grouped CPU LoRA kernels
 
@@ -54,8 +68,14 @@ class StackSettings:
     broker_port: int = 19092  # Kafka-protocol broker (Tansu)
     mlflow_port: int = 15000  # MLflow server
     vllm_port: int = 18000  # vLLM server
-    s3_port: int = 18333  # S3 storage of the durable broker (SeaweedFS)
+    s3_port: int = 18333  # S3 storage (SeaweedFS) of the durable broker and of the production topology
+    postgres_port: int = 15432  # PostgreSQL, MLflow's backend store in the production topology
     durable: bool = False  # broker storage on S3 (SeaweedFS) instead of memory
+    # "local": the broker in memory (on S3 with durable), MLflow on sqlite with local artifacts.
+    # "production": the topology of a production deployment, on this machine: the broker on S3
+    # (SeaweedFS), MLflow with its backend store on PostgreSQL and its artifacts in the S3 bucket
+    # "mlflow", served through the MLflow server (clients need no S3 credentials).
+    topology: str = "local"
     topic_partitions: int = 4  # partitions of the input and rewarded topics
     vllm_python: Path | None = None  # python of the vLLM venv; default: ops/bootstrap.sh vllm
     model_dir: Path | None = None  # HF model folder; default: the prepared SmolLM2
@@ -80,6 +100,16 @@ class StackSettings:
     def __post_init__(self) -> None:
         if self.vllm_cpu_lora not in ("grouped", "vllm"):
             raise ValueError(f"vllm_cpu_lora: {self.vllm_cpu_lora!r} is not one of grouped, vllm")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology: {self.topology!r} is not one of {', '.join(TOPOLOGIES)}")
+
+    @property
+    def production(self) -> bool:
+        return self.topology == "production"
+
+    @property
+    def broker_on_s3(self) -> bool:
+        return self.durable or self.production
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -92,6 +122,10 @@ class StackSettings:
     @property
     def vllm_url(self) -> str:
         return f"http://{self.host}:{self.vllm_port}"
+
+    @property
+    def s3_url(self) -> str:
+        return f"http://{self.host}:{self.s3_port}"
 
 
 def load_settings(**overrides) -> StackSettings:
@@ -131,9 +165,14 @@ class Stack(Supervisor):
     def components(self) -> list[Component]:
         s = self.settings
         out = []
-        if s.durable:
+        if s.broker_on_s3:
             out.append(self._seaweed())
-        out += [self._broker(), self._mlflow(), self._vllm()]
+        out.append(self._broker())
+        if s.production:
+            out.append(self._postgres())
+        out += [self._mlflow(), self._vllm()]
+        # The production topology's second vLLM replica belongs here (its own port and log, the same
+        # adapter store): a later step; until then both topologies serve from one replica.
         return out + self.stages()
 
     def stages(self) -> list[Component]:
@@ -156,11 +195,9 @@ class Stack(Supervisor):
         self.stop_all([c.name for c in self._declared()], names)
 
     def status(self) -> list[dict]:
-        return [
-            self.report(comp)
-            for comp in self._declared()
-            if comp.name != "s3" or self.settings.durable or self.alive("s3")
-        ]
+        s = self.settings
+        wanted = {"s3": s.broker_on_s3, "postgres": s.production}
+        return [self.report(c) for c in self._declared() if wanted.get(c.name, True) or self.alive(c.name)]
 
     def _declared(self) -> list[Component]:
         """Components by name only (no model preparation): used by down and status."""
@@ -170,8 +207,13 @@ class Stack(Supervisor):
         """Each infrastructure component's address, port and health check, in start order."""
         s = self.settings
         return {
-            "s3": (f"http://{s.host}:{s.s3_port}", s.s3_port, lambda: port_open(s.host, s.s3_port)),
+            "s3": (s.s3_url, s.s3_port, lambda: port_open(s.host, s.s3_port)),
             "broker": (s.kafka_bootstrap, s.broker_port, lambda: broker_healthy(s.kafka_bootstrap)),
+            "postgres": (
+                f"postgresql://{s.host}:{s.postgres_port}",
+                s.postgres_port,
+                lambda: postgres.healthy(s.host, s.postgres_port),
+            ),
             "mlflow": (s.mlflow_url, s.mlflow_port, lambda: http_ok(f"{s.mlflow_url}/health")),
             "vllm": (s.vllm_url, s.vllm_port, lambda: vllm_healthy(s.vllm_url)),
         }
@@ -186,17 +228,18 @@ class Stack(Supervisor):
         data.mkdir(parents=True, exist_ok=True)
         weed = _bin_in_venv("weed")
         argv = [weed, "mini", f"-dir={data}", f"-ip={s.host}", f"-ip.bind={s.host}", f"-s3.port={s.s3_port}"]
-        return self._component(
-            "s3",
-            argv,
-            start_timeout_s=60,
-            after_start=lambda: _create_bucket(f"http://{s.host}:{s.s3_port}", "tansu"),
-        )
+        buckets = [TANSU_BUCKET] + ([MLFLOW_BUCKET] if s.production else [])
+
+        def create_buckets() -> None:
+            for bucket in buckets:
+                _create_bucket(s.s3_url, bucket)
+
+        return self._component("s3", argv, start_timeout_s=60, after_start=create_buckets)
 
     def _broker(self) -> Component:
         s = self.settings
         listener = f"tcp://{s.host}:{s.broker_port}"
-        storage = "s3://tansu/" if s.durable else "memory://tansu/"
+        storage = f"s3://{TANSU_BUCKET}/" if s.broker_on_s3 else "memory://tansu/"
         argv = [
             broker_bin(),
             "broker",
@@ -207,15 +250,7 @@ class Stack(Supervisor):
             "--storage-engine",
             storage,
         ]
-        env = {}
-        if s.durable:
-            env = {
-                "AWS_ACCESS_KEY_ID": "ratchet",
-                "AWS_SECRET_ACCESS_KEY": "ratchet",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT": f"http://{s.host}:{s.s3_port}",
-                "AWS_ALLOW_HTTP": "true",
-            }
+        env = {**S3_ENV, "AWS_ENDPOINT": s.s3_url, "AWS_ALLOW_HTTP": "true"} if s.broker_on_s3 else {}
 
         def create_topics() -> None:
             from ingest.topics import ensure_topics, topic_specs
@@ -224,7 +259,7 @@ class Stack(Supervisor):
             if created:
                 self.progress(f"  broker: created topics {', '.join(created)}")
             checkpoints = self.state_dir / "learner" / "checkpoints"
-            if created and not s.durable and checkpoints.is_dir() and any(checkpoints.iterdir()):
+            if created and not s.broker_on_s3 and checkpoints.is_dir() and any(checkpoints.iterdir()):
                 self.progress(
                     f"  broker: WARNING: the broker keeps topics in memory and starts empty, but the learner's "
                     f"state in {checkpoints.parent} persists: the learner refuses to resume on new topics "
@@ -233,27 +268,44 @@ class Stack(Supervisor):
 
         return self._component("broker", argv, env=env, start_timeout_s=30, after_start=create_topics)
 
+    def _postgres(self) -> Component:
+        s = self.settings
+        data = self.state_dir / "data" / "postgres"
+        return self._component(
+            "postgres",
+            postgres.server_argv(data, s.host, s.postgres_port),
+            start_timeout_s=60,
+            before_start=lambda: postgres.init_cluster(data, self.log_path("postgres")),
+            after_start=lambda: postgres.ensure_database(s.host, s.postgres_port, "mlflow"),
+        )
+
     def _mlflow(self) -> Component:
         s = self.settings
-        data = self.state_dir / "data" / "mlflow"
-        (data / "artifacts").mkdir(parents=True, exist_ok=True)
-        mlflow = _bin_in_venv("mlflow")
+        # The job runner (huey workers) is not needed and costs ~2 GB of RSS.
+        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        if s.production:
+            backend = postgres.uri(s.host, s.postgres_port, "mlflow", scheme="postgresql+psycopg2")
+            artifacts = f"s3://{MLFLOW_BUCKET}/artifacts"
+            env |= {**S3_ENV, "MLFLOW_S3_ENDPOINT_URL": s.s3_url}
+        else:
+            data = self.state_dir / "data" / "mlflow"
+            (data / "artifacts").mkdir(parents=True, exist_ok=True)
+            backend, artifacts = f"sqlite:///{data / 'mlflow.db'}", str(data / "artifacts")
         argv = [
-            mlflow,
+            _bin_in_venv("mlflow"),
             "server",
             "--host",
             s.host,
             "--port",
             str(s.mlflow_port),
             "--backend-store-uri",
-            f"sqlite:///{data / 'mlflow.db'}",
+            backend,
             "--artifacts-destination",
-            str(data / "artifacts"),
+            artifacts,
+            "--serve-artifacts",
             "--workers",
             "1",
         ]
-        # The job runner (huey workers) is not needed and costs ~2 GB of RSS.
-        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         return self._component("mlflow", argv, env=env, start_timeout_s=90)
 
     def _vllm(self) -> Component:

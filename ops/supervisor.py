@@ -60,6 +60,7 @@ class Component:
     health: Callable[[], bool]
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     start_timeout_s: float = 60.0
+    before_start: Callable[[], None] | None = None  # before it is spawned (one-time set-up, say)
     after_start: Callable[[], None] | None = None
     # A start that writes nothing to its log for this long is stuck: its threads are dumped to the log
     # (Python components run with PYTHONFAULTHANDLER=1) and it is started again, up to start_attempts.
@@ -142,6 +143,13 @@ class Supervisor:
         path.unlink(missing_ok=True)  # stale: the process is gone or the PID was reused
         return None
 
+    def _started_as(self, name: str) -> list[str] | None:
+        """The command line ``name`` was started with, as its PID file records it."""
+        try:
+            return json.loads(self._pidfile(name).read_text()).get("argv")
+        except (OSError, ValueError):
+            return None
+
     def alive(self, name: str) -> bool:
         return self._owned_process(name) is not None
 
@@ -150,12 +158,20 @@ class Supervisor:
         proc = self._owned_process(comp.name)
         if proc is not None and comp.health():
             self.progress(f"{comp.name}: already up at {comp.url} (pid {proc.pid})")
+            started_as = self._started_as(comp.name)
+            if started_as is not None and started_as != [str(a) for a in comp.argv]:
+                self.progress(
+                    f"  {comp.name}: WARNING: it runs with other settings than the current ones (started as "
+                    f"{' '.join(started_as)}); stop it and start it again to apply them"
+                )
             return
         if proc is None and comp.port is not None and port_open(self.host, comp.port):
             raise StackError(
                 f"{comp.name}: port {comp.port} on {self.host} is taken by a process this stack did not "
                 f"start; stop it or choose another port (RATCHET_{comp.name.upper()}_PORT)"
             )
+        if proc is None and comp.before_start:
+            comp.before_start()
         for attempt in range(1, comp.start_attempts + 1):
             if proc is None:
                 proc = self._spawn(comp)
@@ -264,11 +280,11 @@ class Supervisor:
         group = [proc, *proc.children(recursive=True)]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(group, timeout=timeout_s)
+        alive = _wait_gone(group, timeout_s)
         for p in alive:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _wait_gone(alive, 5)
         self._pidfile(name).unlink(missing_ok=True)
         return True
 
@@ -304,6 +320,28 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return -1
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until every process has exited; return those still running after ``timeout_s``. A zombie
+    counts as exited: a process that another one started (``ratchet up``, a test) stays a zombie until
+    that one reaps it, which psutil.wait_procs would wait out to its timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for p in procs:  # reap our own children (psutil.wait_procs did)
+            with contextlib.suppress(psutil.Error):
+                p.wait(timeout=0)
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _children(proc: psutil.Process) -> list[psutil.Process]:

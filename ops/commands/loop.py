@@ -28,7 +28,7 @@ def up(args: argparse.Namespace) -> int:
     except StackError as exc:
         print(f"ratchet up: {exc}", file=sys.stderr)
         return 1
-    print_status(stack.status(), False)
+    print_status(stack.status(), False, stack.settings.topology)
     return 0
 
 
@@ -59,6 +59,7 @@ def read_status() -> dict:
     loop = loop_status(stack_settings, ps, decisions, serving, report)
     loop["warnings"] = unreadable + loop["warnings"]
     return {
+        "topology": stack_settings.topology,
         "components": rows,
         "serving_version": serving,
         "champion_refused": report.get("champion_refused"),
@@ -100,7 +101,7 @@ def status(args: argparse.Namespace) -> int:
 
         print(exposition(out), end="")
     else:
-        print_status(out["components"], False)
+        print_status(out["components"], False, out["topology"])
         print_loop(out)
         print(f"MLflow UI: {out['mlflow_url']}")
     return 0 if all(r["healthy"] for r in out["components"]) else 1
@@ -199,7 +200,9 @@ def print_loop(out: dict) -> None:
 def register(sub) -> None:
     p = sub.add_parser("up", help="start the whole loop: broker, MLflow, vLLM and every stage (idempotent)")
     p.add_argument(
-        "--only", metavar="NAMES", help="comma-separated subset, e.g. broker,mlflow,vllm,ingest,proxy"
+        "--only",
+        metavar="NAMES",
+        help="comma-separated subset, e.g. broker,mlflow,vllm,ingest,proxy (postgres, s3: production topology)",
     )
     p.set_defaults(func=up)
     p = sub.add_parser("down", help="stop every process `ratchet up` started, and nothing else")

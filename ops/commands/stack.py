@@ -7,10 +7,12 @@ import json
 import sys
 
 
-def print_status(rows: list[dict], as_json: bool) -> None:
+def print_status(rows: list[dict], as_json: bool, topology: str | None = None) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
+    if topology:
+        print(f"topology: {topology}")
     width = max(len(r["component"]) for r in rows)
     for r in rows:
         mark = "ok " if r["healthy"] else "!! "
@@ -27,12 +29,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             stack.up(names)
-            print_status(stack.status(), False)
+            print_status(stack.status(), False, stack.settings.topology)
         elif args.action == "down":
             stack.down(names)
         else:
             rows = stack.status()
-            print_status(rows, args.json)
+            print_status(rows, args.json, stack.settings.topology)
             return 0 if all(r["healthy"] for r in rows) else 1
     except StackError as exc:
         print(f"ratchet stack {args.action}: {exc}", file=sys.stderr)
@@ -43,18 +45,21 @@ def run(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     stack = sub.add_parser(
         "stack",
-        help="the local stack: Kafka-protocol broker, MLflow, vLLM",
+        help="the local stack: Kafka-protocol broker, MLflow, vLLM (and S3, PostgreSQL)",
         description="Start, stop or inspect the local stack. State (PID files, logs, data) lives "
-        "in RATCHET_STATE_DIR (default ~/.local/state/ratchet).",
+        "in RATCHET_STATE_DIR (default ~/.local/state/ratchet). RATCHET_TOPOLOGY=production runs the "
+        "production topology: the broker on S3 (SeaweedFS), MLflow on PostgreSQL with its artifacts on S3.",
     )
     actions = stack.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start every component that is not already healthy (idempotent)")
     up.add_argument(
         "--durable", action="store_true", help="keep broker data on S3 storage (SeaweedFS) instead of memory"
     )
-    up.add_argument("--only", metavar="NAMES", help="comma-separated subset: s3,broker,mlflow,vllm")
+    up.add_argument("--only", metavar="NAMES", help="comma-separated subset: s3,broker,postgres,mlflow,vllm")
     down = actions.add_parser("down", help="stop the components this stack started")
-    down.add_argument("--only", metavar="NAMES", help="comma-separated subset: s3,broker,mlflow,vllm")
+    down.add_argument(
+        "--only", metavar="NAMES", help="comma-separated subset: s3,broker,postgres,mlflow,vllm"
+    )
     status = actions.add_parser(
         "status", help="show each component and its health (exit 1 if any is unhealthy)"
     )

@@ -192,7 +192,7 @@ def test_cli_status_json_with_nothing_running(tmp_path):
     assert out.returncode == 1, out.stderr
     status = json.loads(out.stdout)
     assert set(status) == {
-        "components", "serving_version", "champion_refused", "decisions", "mlflow_url",
+        "topology", "components", "serving_version", "champion_refused", "decisions", "mlflow_url",
         "lag", "rates", "learner", "gate", "replicas", "warnings",
     }  # fmt: skip
     assert not any(r["healthy"] for r in status["components"])

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 
 import psutil
@@ -84,3 +85,40 @@ def test_stop_all_stops_unknown_pid_files_first_then_the_known_in_reverse_start_
     supervisor.said.clear()
     supervisor.stop_all(["first", "second", "absent"])
     assert supervisor.said == ["extra: stopped", "absent: not running", "second: stopped", "first: stopped"]
+
+
+def test_set_up_runs_only_before_a_spawn_and_other_settings_are_reported(supervisor):
+    web = web_server()
+    calls = []
+    web.before_start = lambda: calls.append("set up")
+    supervisor.start(web)
+    supervisor.start(web)  # healthy: not spawned, not set up again
+    assert calls == ["set up"]
+    pid = supervisor.report(web)["pid"]
+
+    changed = Component("web", [*web.argv, "--directory", "."], web.url, web.port, web.health)
+    supervisor.said.clear()
+    supervisor.start(changed)  # left running, with a warning that it runs with other settings
+    assert supervisor.report(web)["pid"] == pid
+    assert "runs with other settings than the current ones" in supervisor.said[-1]
+    assert "stop it and start it again" in supervisor.said[-1]
+
+
+def test_a_stop_from_another_process_does_not_wait_for_the_starter_to_reap(supervisor):
+    """The process that started a component (`ratchet up` in a long-lived process, a test) is its
+    parent: once stopped it stays a zombie until that parent reaps it, which a stop from another
+    process (`ratchet down`) must not wait out."""
+    supervisor.start(web_server())
+    pid = supervisor._owned_process("web").pid
+    code = (
+        "import sys, time; from pathlib import Path; from ops.supervisor import Supervisor; "
+        "t = time.monotonic(); "
+        "assert Supervisor(Path(sys.argv[1]), '127.0.0.1', print).stop('web', timeout_s=60); "
+        "print(time.monotonic() - t)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(supervisor.state_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.split()[-1]) < 30  # a wait for the zombie lasts the whole 60 s
+    assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ours to reap, and still unreaped
