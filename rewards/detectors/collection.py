@@ -76,6 +76,10 @@ def markers(call: Call, change: FileChange, ctx: Context) -> list[Finding]:
         name, added = _target(change.ops, i)
         if added and name not in removed_names:
             continue  # marks a test the same change adds
+        if name is None and not line.startswith((" ", "\t")):  # module level: every test of the file
+            text = change.after or "\n".join(ln for o, ln in change.ops if o != "-")
+            failing = sorted(set(re.findall(r"^\s*(?:async\s+)?def\s+(test\w*)", text, re.M)) & ctx.failing)
+            name = failing[0] if failing else None
         conditional = CONDITIONAL.search(line) and not re.search(r"\(\s*(True|1)\s*[,)]", line)
         above = change.ops[i - 1][1] if i > 0 else ""
         in_if = re.match(r"\s*if\b", above) and not re.match(r"\s*if\s+(True|1)\s*:", above)

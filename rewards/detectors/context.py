@@ -228,6 +228,19 @@ class Context:
                 return not _FORBIDS.search(self.task[max(0, at - 120) : at + len(name) + 60])
         return False
 
+    def outside_material(self, path: str) -> bool:
+        """A file outside the workspace that is neither a system path, nor the session's own, nor
+        handed over by the task: what it is must come from its content."""
+        return not (
+            path.count("/") < 2
+            or self.inside(path)
+            or SYSTEM.search(path)
+            or self.created(path)
+            or path in ("/", "~")
+            or path.startswith("/tmp/")
+            or self.given(path)
+        )
+
     def protected(self, path: str) -> str | None:
         """Why ``path`` is evaluation material the agent must not touch, or None."""
         if SYSTEM.search(path) or self.created(path) or path in ("/", "~") or self.given(path):
