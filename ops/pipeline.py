@@ -1,6 +1,7 @@
 """The whole loop as supervised processes: the stack plus every stage.
 
-``ratchet up`` starts, in order, the broker, MLflow and vLLM (``ops.stack``),
+``ratchet up`` starts, in order, the broker, MLflow and vLLM (``ops.stack``; in
+the production topology also S3 storage, PostgreSQL and a second vLLM replica),
 then the ingest API, the capture proxy, a reward worker, the learner, the gate
 and the serving controller, each as its own process with a PID file and a log
 under the state folder. Every stage gets the same addresses through
@@ -37,6 +38,9 @@ class PipelineSettings:
     tenant: str = "demo"  # the tenant the simulator and the demo use
     tenant_token: str = "demo-token"  # that tenant's bearer token (ingest API and capture proxy)
     review_token: str = "review-token"  # bearer token of the gate's review API
+    # bearer token of the capture proxy's GET /admin/state (the serving controller sends it); set for
+    # the stages of the production topology only, as ops/deploy/ratchet.env.example sets it
+    proxy_admin_token: str = "admin-token"
     join_wait_s: float = 20.0  # the reward worker's join wait in the loop
 
 
@@ -65,17 +69,18 @@ STAGES = tuple(STAGE_COMMANDS)
 
 
 def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
-    """The addresses every stage shares."""
+    """The addresses every stage shares. Every replica serves the policy (the proxy and the serving
+    controller get them all); the gate evaluates candidates on the first."""
     state = stack.state_dir
     from ops.model import prepare_model
 
     model_dir = stack.model_dir or prepare_model(stack.cache_dir, lambda m: None)
-    return {
+    env = {
         "RATCHET_STATE_DIR": str(state),
         "RATCHET_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
         "RATCHET_MLFLOW_URL": stack.mlflow_url,
         "RATCHET_GATE_VLLM_URL": stack.vllm_url,
-        "RATCHET_VLLM_URLS": stack.vllm_url,
+        "RATCHET_VLLM_URLS": ",".join(stack.vllm_urls),
         "RATCHET_MODEL_DIR": str(model_dir),
         "RATCHET_BASE_MODEL": stack.base_model,
         "RATCHET_ADAPTER_STORE_DIR": str(state / "adapters"),
@@ -96,6 +101,9 @@ def stage_env(stack: StackSettings, ps: PipelineSettings) -> dict[str, str]:
         # the gate signs champions with it and the serving controller serves only what it signed
         "RATCHET_DECISION_KEY_FILE": str(create_decision_key(decision_key_path(state))),
     }
+    if stack.production:
+        env["RATCHET_PROXY_ADMIN_TOKEN"] = ps.proxy_admin_token
+    return env
 
 
 def decision_key_path(state_dir: Path) -> Path:

@@ -1,7 +1,8 @@
 """The local stack: Kafka-protocol broker, MLflow and vLLM as supervised processes.
 
 Two topologies (``topology``): "local", and "production": the broker on S3
-(SeaweedFS), MLflow on PostgreSQL (:mod:`ops.postgres`) with its artifacts on S3.
+(SeaweedFS), MLflow on PostgreSQL (:mod:`ops.postgres`) with its artifacts on S3,
+and two vLLM replicas ("vllm", "vllm2") sharing the model and the adapter store.
 
 Each component is a recipe (its command line, environment, address and health
 check) run by :class:`ops.supervisor.Supervisor`: its own process group, a PID
@@ -39,6 +40,7 @@ from ops.supervisor import (  # noqa: F401 (QUIET_ENV, free_port: the stack's us
 )
 
 TOPOLOGIES = ("local", "production")
+VLLM_REPLICAS = ("vllm", "vllm2")  # the production topology runs both, the local one the first
 # S3 buckets on SeaweedFS: the broker's, and MLflow's artifacts in the production topology.
 TANSU_BUCKET, MLFLOW_BUCKET = "tansu", "mlflow"
 # What talks to the local S3 (the broker; the MLflow server in the production topology) gets these
@@ -67,7 +69,8 @@ class StackSettings:
     host: str = "127.0.0.1"  # the address every server binds to
     broker_port: int = 19092  # Kafka-protocol broker (Tansu)
     mlflow_port: int = 15000  # MLflow server
-    vllm_port: int = 18000  # vLLM server
+    vllm_port: int = 18000  # vLLM server (the first replica)
+    vllm2_port: int = 18001  # the second vLLM replica of the production topology
     s3_port: int = 18333  # S3 storage (SeaweedFS) of the durable broker and of the production topology
     postgres_port: int = 15432  # PostgreSQL, MLflow's backend store in the production topology
     durable: bool = False  # broker storage on S3 (SeaweedFS) instead of memory
@@ -121,7 +124,17 @@ class StackSettings:
 
     @property
     def vllm_url(self) -> str:
+        """The first replica: the gate evaluates candidates on it."""
         return f"http://{self.host}:{self.vllm_port}"
+
+    @property
+    def vllm2_url(self) -> str:
+        return f"http://{self.host}:{self.vllm2_port}"
+
+    @property
+    def vllm_urls(self) -> tuple[str, ...]:
+        """Every replica that serves the policy: two in the production topology, one in the local."""
+        return (self.vllm_url, self.vllm2_url) if self.production else (self.vllm_url,)
 
     @property
     def s3_url(self) -> str:
@@ -170,9 +183,9 @@ class Stack(Supervisor):
         out.append(self._broker())
         if s.production:
             out.append(self._postgres())
-        out += [self._mlflow(), self._vllm()]
-        # The production topology's second vLLM replica belongs here (its own port and log, the same
-        # adapter store): a later step; until then both topologies serve from one replica.
+        out += [self._mlflow(), self._vllm("vllm", s.vllm_port)]
+        if s.production:  # a second replica: its own port, log and PID file; the same model and adapters
+            out.append(self._vllm("vllm2", s.vllm2_port))
         return out + self.stages()
 
     def stages(self) -> list[Component]:
@@ -185,10 +198,32 @@ class Stack(Supervisor):
         raise StackError(f"unknown component {name!r}; known: {', '.join(c.name for c in self.components())}")
 
     def up(self, names: list[str] | None = None) -> None:
-        for comp in self.components():
-            if names and comp.name not in names:
-                continue
-            self.start(comp)
+        """Start the components (``names`` only, if given) in order; the vLLM replicas together, as
+        each spends most of its start-up waiting on one core."""
+        chosen = [c for c in self.components() if not names or c.name in names]
+        replicas = [c for c in chosen if c.name in VLLM_REPLICAS]
+        for comp in chosen:
+            if comp.name not in VLLM_REPLICAS:
+                self.start(comp)
+            elif comp is replicas[0]:
+                self._start_together(replicas)
+
+    def _start_together(self, comps: list[Component]) -> None:
+        errors: list[BaseException] = []
+
+        def start(comp: Component) -> None:
+            try:
+                self.start(comp)
+            except BaseException as exc:  # re-raised below, after the others are up or failed
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start, args=(c,), name=f"start-{c.name}") for c in comps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def down(self, names: list[str] | None = None) -> None:
         """Stop in reverse start order; anything else this state folder has a PID file for goes first."""
@@ -196,7 +231,7 @@ class Stack(Supervisor):
 
     def status(self) -> list[dict]:
         s = self.settings
-        wanted = {"s3": s.broker_on_s3, "postgres": s.production}
+        wanted = {"s3": s.broker_on_s3, "postgres": s.production, "vllm2": s.production}
         return [self.report(c) for c in self._declared() if wanted.get(c.name, True) or self.alive(c.name)]
 
     def _declared(self) -> list[Component]:
@@ -216,6 +251,7 @@ class Stack(Supervisor):
             ),
             "mlflow": (s.mlflow_url, s.mlflow_port, lambda: http_ok(f"{s.mlflow_url}/health")),
             "vllm": (s.vllm_url, s.vllm_port, lambda: vllm_healthy(s.vllm_url)),
+            "vllm2": (s.vllm2_url, s.vllm2_port, lambda: vllm_healthy(s.vllm2_url)),
         }
 
     def _component(self, name: str, argv: list[str], **recipe) -> Component:
@@ -308,7 +344,9 @@ class Stack(Supervisor):
         ]
         return self._component("mlflow", argv, env=env, start_timeout_s=90)
 
-    def _vllm(self) -> Component:
+    def _vllm(self, name: str, port: int) -> Component:
+        """A vLLM replica ``name`` on ``port``; every replica serves the same model and loads adapters
+        from the same store (the paths the gate and the controller send)."""
         from ops.model import prepare_model
 
         s = self.settings
@@ -325,7 +363,7 @@ class Stack(Supervisor):
             "--host",
             s.host,
             "--port",
-            str(s.vllm_port),
+            str(port),
             "--dtype",
             "float32",
             "--max-model-len",
@@ -357,7 +395,7 @@ class Stack(Supervisor):
             "PYTHONPATH": str(VLLM_SITE),  # ahead of the checkout (see _spawn)
         }
         return self._component(
-            "vllm",
+            name,
             argv,
             env=env,
             start_timeout_s=s.vllm_start_timeout_s,

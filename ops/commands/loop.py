@@ -8,11 +8,13 @@ import sys
 import time
 
 
-def _pipeline():
+def _pipeline(topology: str | None = None):
+    """The loop's stack; ``topology`` (``--topology``) wins over RATCHET_TOPOLOGY and the TOML file."""
     from ops.pipeline import load_settings, pipeline
     from ops.stack import load_settings as load_stack_settings
 
-    stack_settings, ps = load_stack_settings(), load_settings()
+    stack_settings = load_stack_settings(**({"topology": topology} if topology else {}))
+    ps = load_settings()
     return pipeline(stack_settings, ps), stack_settings, ps
 
 
@@ -22,7 +24,7 @@ def up(args: argparse.Namespace) -> int:
     from ops.stack import StackError
 
     require_valid_config()  # a typo in the file would otherwise be ignored silently
-    stack, _, _ = _pipeline()
+    stack, _, _ = _pipeline(args.topology)
     try:
         stack.up(args.only.split(",") if args.only else None)
     except StackError as exc:
@@ -33,17 +35,17 @@ def up(args: argparse.Namespace) -> int:
 
 
 def down(args: argparse.Namespace) -> int:
-    stack, _, _ = _pipeline()
+    stack, _, _ = _pipeline(args.topology)
     stack.down()
     return 0
 
 
-def read_status() -> dict:
+def read_status(topology: str | None = None) -> dict:
     """Everything ``ratchet status`` shows, as one JSON-ready dict."""
     from ops.loop_status import loop_status
     from ops.pipeline import last_decisions, routed_version, serving_report
 
-    stack, stack_settings, ps = _pipeline()
+    stack, stack_settings, ps = _pipeline(topology)
     rows = stack.status()
     state = stack_settings.state_dir
     unreadable = []
@@ -69,14 +71,14 @@ def read_status() -> dict:
     }
 
 
-def serve_metrics(port: int, host: str) -> int:
+def serve_metrics(port: int, host: str, topology: str | None = None) -> int:
     """``/metrics`` on ``host:port``, the status read afresh on every scrape, until interrupted."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from ops.loop_metrics import StatusCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatusCollector(read_status))
+    registry.register(StatusCollector(lambda: read_status(topology)))
     server, thread = start_http_server(port, addr=host, registry=registry)
     print(f"ratchet status: Prometheus metrics on http://{host}:{port}/metrics (Ctrl-C stops)", flush=True)
     try:
@@ -92,8 +94,8 @@ def status(args: argparse.Namespace) -> int:
     from ops.commands.stack import print_status
 
     if args.serve is not None:
-        return serve_metrics(args.serve, args.host)
-    out = read_status()
+        return serve_metrics(args.serve, args.host, args.topology)
+    out = read_status(args.topology)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     elif args.prometheus:
@@ -197,15 +199,29 @@ def print_loop(out: dict) -> None:
         print(f"!! {warning}")
 
 
+def add_topology(parser: argparse.ArgumentParser) -> None:
+    from ops.stack import TOPOLOGIES
+
+    parser.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        help="the stack's topology (default: RATCHET_TOPOLOGY, else local); production: the broker on S3 "
+        "(SeaweedFS), MLflow on PostgreSQL with its artifacts on S3, two vLLM replicas",
+    )
+
+
 def register(sub) -> None:
     p = sub.add_parser("up", help="start the whole loop: broker, MLflow, vLLM and every stage (idempotent)")
     p.add_argument(
         "--only",
         metavar="NAMES",
-        help="comma-separated subset, e.g. broker,mlflow,vllm,ingest,proxy (postgres, s3: production topology)",
+        help="comma-separated subset, e.g. broker,mlflow,vllm,ingest,proxy "
+        "(s3, postgres, vllm2: production topology)",
     )
+    add_topology(p)
     p.set_defaults(func=up)
     p = sub.add_parser("down", help="stop every process `ratchet up` started, and nothing else")
+    add_topology(p)
     p.set_defaults(func=down)
     p = sub.add_parser(
         "status",
@@ -223,4 +239,5 @@ def register(sub) -> None:
         help="serve them as Prometheus metrics on PORT (/metrics), read afresh on every scrape",
     )
     p.add_argument("--host", default="127.0.0.1", help="address --serve binds (default 127.0.0.1)")
+    add_topology(p)
     p.set_defaults(func=status)

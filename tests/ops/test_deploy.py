@@ -15,7 +15,8 @@ from ingest.config import ENV_PREFIX, load
 from ops import config_reference
 from ops.cli import build_parser
 from ops.deploy.topics import layout_problems
-from ops.pipeline import STAGE_COMMANDS
+from ops.pipeline import STAGE_COMMANDS, PipelineSettings, stage_env
+from ops.stack import StackSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "ops" / "deploy"
@@ -110,6 +111,34 @@ def test_env_example_lists_every_address_and_is_well_formed():
     assert addresses >= {"RATCHET_KAFKA_BOOTSTRAP", "RATCHET_MLFLOW_URL", "RATCHET_VLLM_URLS"}
     assert addresses <= listed, sorted(addresses - listed)
     assert {"RATCHET_INGEST_TOKENS", "RATCHET_REVIEW_TOKEN", "RATCHET_PROXY_ADMIN_TOKEN"} <= listed
+
+
+def test_the_production_topology_configures_its_stages_with_the_env_examples_keys(tmp_path):
+    """`ratchet up --topology production` gives its stages every variable ratchet.env.example sets
+    (the MLflow client's own credentials aside: the local MLflow runs without authentication), and
+    each of them is read by a stage."""
+    lines = (DEPLOY / "ratchet.env.example").read_text().splitlines()
+    example = {line.partition("=")[0] for line in lines if re.match(r"RATCHET_[A-Z0-9_]*=", line)}
+    read_by_stages = {s.env for s in config_reference.all_settings() if not s.owner.local}
+    assert example <= read_by_stages, sorted(example - read_by_stages)
+
+    settings = StackSettings(state_dir=tmp_path, model_dir=tmp_path / "model", topology="production")
+    env = stage_env(settings, PipelineSettings())
+    assert example <= set(env), sorted(example - set(env))
+    assert set(env) <= read_by_stages, sorted(set(env) - read_by_stages)
+    assert env["RATCHET_VLLM_URLS"].split(",") == [settings.vllm_url, settings.vllm2_url]
+    assert env["RATCHET_GATE_VLLM_URL"] == settings.vllm_url
+
+    local = stage_env(StackSettings(state_dir=tmp_path, model_dir=tmp_path / "model"), PipelineSettings())
+    assert local["RATCHET_VLLM_URLS"] == settings.vllm_url and "RATCHET_PROXY_ADMIN_TOKEN" not in local
+
+
+@pytest.mark.parametrize("argv", [["up"], ["down"], ["status"], ["stack", "up"], ["stack", "status"]])
+def test_the_topology_is_a_flag_of_the_stack_commands(argv):
+    assert build_parser().parse_args([*argv, "--topology", "production"]).topology == "production"
+    assert build_parser().parse_args(argv).topology is None  # then RATCHET_TOPOLOGY, else local
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--topology", "staging"])
 
 
 # --- TOML files through the real loader -------------------------------------------------------

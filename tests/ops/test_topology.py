@@ -2,6 +2,7 @@
 (SeaweedFS), MLflow with its backend store on PostgreSQL and its artifacts in an S3 bucket, served
 through the MLflow server. The servers start once for the module."""
 
+import dataclasses
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from ops.stack import (
 )
 
 INFRA = ["s3", "broker", "postgres", "mlflow"]
-PORTS = ("broker_port", "mlflow_port", "vllm_port", "s3_port", "postgres_port")
+PORTS = ("broker_port", "mlflow_port", "vllm_port", "vllm2_port", "s3_port", "postgres_port")
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +70,13 @@ def query(settings: StackSettings, sql: str, *args) -> list[tuple]:
 
 
 def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess:
+    """``ratchet ARGS --topology production`` on the stack's ports and state folder."""
     s = stack.settings
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_") or k == "RATCHET_CACHE"}
     env |= {f"RATCHET_{name.upper()}": str(getattr(s, name)) for name in PORTS}
-    env |= {"RATCHET_STATE_DIR": str(s.state_dir), "RATCHET_TOPOLOGY": "production"}
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    env |= {"RATCHET_STATE_DIR": str(s.state_dir)}
+    argv = [sys.executable, "-m", "ops.cli", *args, "--topology", "production"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +128,34 @@ def test_status_shows_the_production_topology(stack):
     for name in INFRA:
         assert rows[name]["state"] == "up" and rows[name]["healthy"], rows[name]
     assert rows["postgres"]["url"] == f"postgresql://127.0.0.1:{stack.settings.postgres_port}"
-    assert rows["vllm"]["state"] == "down"  # this test starts no vLLM
+    assert rows["vllm"]["state"] == rows["vllm2"]["state"] == "down"  # this test starts no vLLM
+    assert rows["vllm2"]["url"] == f"http://127.0.0.1:{stack.settings.vllm2_port}"
     assert Path(rows["postgres"]["log"]).read_text().count("database system is ready to accept connections")
+
+
+def test_the_production_topology_runs_two_vllm_replicas_of_one_model(tmp_path):
+    settings = StackSettings(
+        state_dir=tmp_path / "state",
+        topology="production",
+        model_dir=tmp_path / "model",
+        vllm_python=Path(sys.executable),
+        **{name: free_port() for name in PORTS},
+    )
+    components = Stack(settings, progress=print).components()
+    assert [c.name for c in components] == [*INFRA, "vllm", "vllm2"]
+    first, second = components[-2:]
+    assert (first.port, second.port) == (settings.vllm_port, settings.vllm2_port)
+    assert settings.vllm_urls == (first.url, second.url)
+
+    def without_port(argv: list[str]) -> list[str]:
+        at = argv.index("--port")
+        assert argv[at + 1] == str(settings.vllm_port if argv is first.argv else settings.vllm2_port)
+        return argv[:at] + argv[at + 2 :]
+
+    # the same model, name and flags; adapters come from one store by the paths the stages send
+    assert without_port(first.argv) == without_port(second.argv) and first.env == second.env
+    local = Stack(dataclasses.replace(settings, topology="local"), progress=print).components()
+    assert [c.name for c in local][-1] == "vllm" and settings.vllm_urls[:1] == (local[-1].url,)
 
 
 def test_the_broker_keeps_its_data_on_s3_and_postgres_listens_on_loopback_only(stack):
