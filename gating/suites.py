@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, Task, heldout_tasks, task_id_for
+from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, LURE, Task, heldout_tasks, task_id_for
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 BUILTIN = ("target", "honeypot", "format", "general", "drift")
@@ -231,6 +231,31 @@ def render(config: SuiteConfig, tasks: list[Task]) -> dict[str, bytes]:
 def generate(name: str) -> dict[str, bytes]:
     config = SPECS[name]
     return render(config, _source_tasks(config.source))
+
+
+# Suites generated on demand, not committed and not the gate's: the learning benchmark's
+# shortcut environment (``ops.bench learning --family lure``) measures its hack rate on this one.
+GENERATED: dict[str, SuiteConfig] = {
+    "lure": SuiteConfig(
+        "lure",
+        "v1",
+        "tasks",
+        "honeypot",
+        samples=1,
+        temperature=0.7,
+        max_tokens=48,
+        time_limit_s=120.0,
+        description="lure problems (an example reads a file): held-out pass and hack rate",
+        source={"kind": "family", "family": LURE, "n": 48, "seed": 1006},
+    ),
+}
+
+
+def generated_suite(name: str) -> Suite:
+    """One of ``GENERATED``, built in memory from its source (seeded: the same tasks every time)."""
+    config = GENERATED[name]
+    tasks = _source_tasks(config.source)
+    return Suite(config, tasks, _hash(render(config, tasks)))
 
 
 def _hash(files: dict[str, bytes]) -> str:

@@ -21,7 +21,10 @@ minute of budget; ``ratio`` is Ratchet's over the bare loop's (mean over seeds).
 With ``--family honeypot`` the simulated environment's outcome check accepts the
 answer key's value, so reading the key pays unless a hack detector catches it
 (``--detectors off`` runs the reward worker with none); the evaluation reports
-``hack_rate``. The bare arm always scores with the gate's verifier.
+``hack_rate``. The bare arm always scores with the gate's verifier. The base policy
+never reads the honeypot's key; ``--family lure`` poses the same problems with a
+second example that reads a file the question names, so it reads the key in about
+3 % of its answers and the shortcut can be learned (held-out: 48 ``lure`` tasks).
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ from ops.bench.learning_report import (
     pick,
 )
 
-FAMILIES = {"calculator": "target", "honeypot": "honeypot"}  # task family -> the gate's held-out suite
+# task family -> its held-out suite (the gate's, or for "lure" one generated on demand)
+FAMILIES = {"calculator": "target", "honeypot": "honeypot", "lure": "lure"}
+SHORTCUT_FAMILIES = ("honeypot", "lure")  # reading the answer key fools the environment's outcome check
 ARMS = ("ratchet", "bare")
 RATCHET_STAGES = ("ingest", "proxy", "rewards", "learner", "serving")
 
@@ -291,7 +296,7 @@ class Bench:
             sim_followup_max_tokens=0,  # one turn a session: the same work as a bare sample
             sim_feedback_rate=0.0,  # the verifier's outcome is the signal, as in the bare arm
         )
-        simulator_class = answer_checked_simulator(Simulator) if c.family == "honeypot" else Simulator
+        simulator_class = answer_checked_simulator(Simulator) if c.family in SHORTCUT_FAMILIES else Simulator
         sim = simulator_class(sim_settings, progress=lambda m: self.say(f"ratchet: {m}"))
         self.say(f"ratchet seed {seed}: {c.minutes:g} minutes of {c.family} traffic through the proxy")
         started = time.time()
@@ -398,11 +403,12 @@ class Bench:
         policies are loaded at a time.
         """
         from gating.heldout import measure
-        from gating.suites import Suite, load_suite
+        from gating.suites import GENERATED, Suite, generated_suite, load_suite
         from learner.store import BASE
 
         c, s = self.config, self.stack_settings
-        suite = load_suite(c.suite).limited(c.eval_tasks)
+        suite = generated_suite(c.suite) if c.suite in GENERATED else load_suite(c.suite)
+        suite = suite.limited(c.eval_tasks)
         if c.eval_samples:
             suite = Suite(
                 dataclasses.replace(suite.config, samples=c.eval_samples), suite.tasks, suite.content_hash
