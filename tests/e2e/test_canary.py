@@ -16,7 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gating.decisions import DecisionLog
@@ -24,8 +23,8 @@ from gating.gate import Gate
 from gating.settings import load_settings as gate_settings
 from learner.store import AdapterStore
 from ops.pipeline import on_free_ports, pipeline, stage_env
-from ops.simulator import Simulator, SimulatorSettings
 from tests.conftest import free_port
+from tests.e2e.clients import e2e_simulator, probe
 from tests.e2e.test_loop import wait_for
 
 CANARY_CONFIG = """
@@ -104,19 +103,12 @@ def test_a_better_canary_is_confirmed_and_a_worse_one_rolled_back_under_live_tra
         assert DecisionLog(gate.settings.decision_log_path).state().canary == improver
         gate_thread = start_gate()
 
-        sim = Simulator(
-            SimulatorSettings(
-                proxy_url=f"http://127.0.0.1:{ps.proxy_port}",
-                ingest_url=f"http://127.0.0.1:{ps.ingest_port}",
-                sim_tenant=ps.tenant,
-                sim_token=ps.tenant_token,
-                sim_concurrency=8,
-                sim_mix={"calculator": "1"},
-                sim_followup_max_tokens=0,
-                sim_outcome_delay_s=0.5,
-                sim_feedback_rate=0.0,
-            ),
-            progress=print,
+        sim = e2e_simulator(
+            ps,
+            sim_concurrency=8,
+            sim_mix={"calculator": "1"},
+            sim_followup_max_tokens=0,
+            sim_feedback_rate=0.0,
         )
         traffic = threading.Thread(
             target=lambda: asyncio.run(sim.run(duration_s=1500, until=traffic_stop.is_set)), daemon=True
@@ -170,15 +162,7 @@ def test_a_better_canary_is_confirmed_and_a_worse_one_rolled_back_under_live_tra
         )
         wait_for("every new session back on the improver", lambda: serving_only(improver), 300, 1)
         for _ in range(6):  # new sessions: never the rolled-back version
-            resp = httpx.post(
-                f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
-                headers={
-                    "X-Ratchet-Session": f"after-{time.time_ns()}",
-                    "Authorization": f"Bearer {ps.tenant_token}",
-                },
-                json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                timeout=120,
-            )
+            resp = probe(ps, "after")
             assert resp.status_code == 200 and resp.headers["X-Ratchet-Adapter-Version"] == improver
         traffic_stop.set()
         traffic.join(300)

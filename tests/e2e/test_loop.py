@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from ops.pipeline import PipelineSettings, pipeline, stage_env
-from ops.simulator import Simulator, SimulatorSettings
 from tests.conftest import free_port
+from tests.e2e.clients import e2e_simulator, probe
 
 E2E_CONFIG = """
 [learner]
@@ -78,16 +78,7 @@ def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vll
     stages = ["broker", "ingest", "proxy", "rewards", "learner", "gate", "review", "serving"]
     try:
         stack.up(stages)
-        sim = Simulator(
-            SimulatorSettings(
-                proxy_url=f"http://127.0.0.1:{ps.proxy_port}",
-                ingest_url=f"http://127.0.0.1:{ps.ingest_port}",
-                sim_tenant=ps.tenant,
-                sim_token=ps.tenant_token,
-                sim_concurrency=4,
-                sim_outcome_delay_s=0.5,
-            )
-        )
+        sim = e2e_simulator(ps, sim_concurrency=4)
         results = asyncio.run(sim.run(max_sessions=8))
         assert len(results) == 8 and not sim.errors
 
@@ -119,19 +110,7 @@ def test_loop_reaches_a_gate_decision_and_a_hot_swap(lazy_stack, mlflow_url, vll
         # The controller loads the champion into vLLM and flips the proxy's route.
         def served_version():
             try:
-                resp = httpx.post(
-                    f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
-                    headers={
-                        "X-Ratchet-Session": f"e2e-probe-{time.time_ns()}",
-                        "Authorization": f"Bearer {ps.tenant_token}",
-                    },
-                    json={
-                        "model": "policy",
-                        "messages": [{"role": "user", "content": "hi"}],
-                        "max_tokens": 2,
-                    },
-                    timeout=120,
-                )
+                resp = probe(ps)
             except httpx.HTTPError:  # a busy CPU replica may time out mid-swap; ask again
                 return False
             assert resp.status_code == 200, resp.text  # a swap never fails a request

@@ -20,8 +20,8 @@ from mlflow import MlflowClient
 
 from ingest.topics import read_topic
 from ops.pipeline import on_free_ports, pipeline, stage_env
-from ops.simulator import Simulator, SimulatorSettings
 from ops.stack import StackSettings, free_port, load_settings
+from tests.e2e.clients import e2e_simulator, probe
 from tests.e2e.test_loop import E2E_CONFIG, decisions, wait_for
 from tests.ops.test_topology import PORTS, query
 
@@ -106,17 +106,7 @@ def test_the_loop_runs_on_the_production_topology_through_restarts(tmp_path, mon
     stack = pipeline(settings, ps, progress=print)
     env = stage_env(settings, ps)
     assert env["RATCHET_VLLM_URLS"].split(",") == list(settings.vllm_urls) and len(settings.vllm_urls) == 2
-    sim = Simulator(
-        SimulatorSettings(
-            proxy_url=f"http://127.0.0.1:{ps.proxy_port}",
-            ingest_url=f"http://127.0.0.1:{ps.ingest_port}",
-            sim_tenant=ps.tenant,
-            sim_token=ps.tenant_token,
-            sim_concurrency=4,
-            sim_group_size=HALF,
-            sim_outcome_delay_s=0.5,
-        )
-    )
+    sim = e2e_simulator(ps, sim_concurrency=4, sim_group_size=HALF)
     try:
         up = ratchet(cli_env, "up", "--topology", "production", "--only", ",".join(INFRA + STAGES))
         assert up.returncode == 0, up.stderr[-5000:]
@@ -182,15 +172,7 @@ def test_the_loop_runs_on_the_production_topology_through_restarts(tmp_path, mon
             assert any(m["id"].endswith(f"-{version}") for m in loaded), (url, loaded)
 
         def proxy_serves() -> bool:
-            resp = httpx.post(
-                f"http://127.0.0.1:{ps.proxy_port}/v1/chat/completions",
-                headers={
-                    "X-Ratchet-Session": f"e2e-probe-{time.time_ns()}",
-                    "Authorization": f"Bearer {ps.tenant_token}",
-                },
-                json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                timeout=120,
-            )
+            resp = probe(ps)
             assert resp.status_code == 200, resp.text
             return resp.headers["X-Ratchet-Adapter-Version"] == version
 
