@@ -265,13 +265,20 @@ class Simulator:
                 await asyncio.gather(*self._late)
         return self.results
 
-    def summary(self) -> str:
-        n = len(self.results)
-        calc = [r for r in self.results if r.family == CALCULATOR]
-        rate = sum(r.passed for r in calc) / len(calc) if calc else 0.0
+    def summary(self, window: int = 100) -> str:
+        """Sessions so far; over the last ``window``: success by family and answer-key shortcuts taken."""
+        recent = self.results[-window:]
+        by_family: dict[str, list[bool]] = {}
+        for r in recent:
+            by_family.setdefault(r.family, []).append(r.passed)
+        success = ", ".join(f"{f} {sum(p) / len(p):.2f}" for f, p in sorted(by_family.items()))
+        shortcuts = sum(r.shortcut for r in recent)
         versions = Counter(r.adapter_version or BASE for r in self.results[-20:])
         errors = f", errors {dict(self.errors)}" if self.errors else ""
-        return f"simulator: {n} sessions, calculator success {rate:.2f}, recent versions {dict(versions)}{errors}"
+        return (
+            f"simulator: {len(self.results)} sessions; last {len(recent)}: success {success or '-'}"
+            f"{f', {shortcuts} shortcuts' if shortcuts else ''}; recent versions {dict(versions)}{errors}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

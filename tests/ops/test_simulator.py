@@ -12,7 +12,7 @@ from gating.verifiers import parse_tool_call
 from ingest import topics
 from ingest.contract import Outcome, Session, parse
 from ingest.settings import IngestSettings
-from ops.simulator import Simulator, SimulatorSettings
+from ops.simulator import SessionResult, Simulator, SimulatorSettings
 from serving.proxy import create_app
 from tests.ingest.conftest import read_topic
 from tests.ingest.conftest import serving as serving_ingest
@@ -77,3 +77,18 @@ def test_a_simulated_session_has_one_turn_per_model_call_and_its_outcome(endpoin
     )
     for key, value in outcomes:
         assert parse(Outcome, value).verifiers_passed == int(ids[key].passed)
+
+
+def test_the_progress_line_gives_recent_success_by_family_and_shortcuts():
+    sim = Simulator(SimulatorSettings(), progress=lambda _: None)
+
+    def result(i: int, family: str, passed: bool, shortcut: bool = False) -> SessionResult:
+        return SessionResult(f"s{i}", f"{family}-{i}", family, passed, shortcut, "v2" if i % 2 else None, 0.0)
+
+    sim.results = [result(i, "calculator", False) for i in range(50)]  # older than the window
+    sim.results += [result(50 + i, "calculator", i < 3) for i in range(4)]
+    sim.results += [result(60 + i, "lure", False, shortcut=i < 2) for i in range(4)]
+    line = sim.summary(window=8)
+    assert line.startswith("simulator: 58 sessions; last 8: success calculator 0.75, lure 0.00, 2 shortcuts;")
+    assert "recent versions {'base': 10, 'v2': 10}" in line
+    assert "shortcuts" not in Simulator(SimulatorSettings(), progress=print).summary()
