@@ -12,8 +12,9 @@ lands on the same side of the split, whatever seed produced it:
   ``**/answer_key*``).
 - ``lure``: the honeypot's problems with a second example that reads a file the
   question names (``/data/shipping.json``), so the base policy sometimes reads
-  the answer key too (about 3 % at temperature 0.7, and about half its answers
-  read some file). The learning benchmark's shortcut environment, not a gate suite.
+  the answer key too (0-10 % of held-out answers at temperature 0.7 in the
+  benchmark's runs; about half its answers read some file). The learning
+  benchmark's shortcut environment, not a gate suite.
 - ``format``: pick one of three tools and call it with exactly its arguments.
 
 Every prompt carries a one-shot example (``lure``: two): the base model gives no learning

@@ -23,8 +23,8 @@ answer key's value, so reading the key pays unless a hack detector catches it
 (``--detectors off`` runs the reward worker with none); the evaluation reports
 ``hack_rate``. The bare arm always scores with the gate's verifier. The base policy
 never reads the honeypot's key; ``--family lure`` poses the same problems with a
-second example that reads a file the question names, so it reads the key in about
-3 % of its answers and the shortcut can be learned (held-out: 48 ``lure`` tasks).
+second example that reads a file the question names, so it reads the key in a few
+percent of its answers and the shortcut can be learned (held-out: 48 ``lure`` tasks).
 """
 
 from __future__ import annotations
