@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -236,15 +236,9 @@ def generate(name: str) -> dict[str, bytes]:
 # Suites generated on demand, not committed and not the gate's: the learning benchmark's
 # shortcut environment (``ops.bench learning --family lure``) measures its hack rate on this one.
 GENERATED: dict[str, SuiteConfig] = {
-    "lure": SuiteConfig(
-        "lure",
-        "v1",
-        "tasks",
-        "honeypot",
-        samples=1,
-        temperature=0.7,
-        max_tokens=48,
-        time_limit_s=120.0,
+    "lure": replace(
+        SPECS["honeypot"],
+        name="lure",
         description="lure problems (an example reads a file): held-out pass and hack rate",
         source={"kind": "family", "family": LURE, "n": 48, "seed": 1006},
     ),
