@@ -118,12 +118,11 @@ def stages(ps: PipelineSettings) -> Callable[[Stack], list[Component]]:
         s = stack.settings
         env = stage_env(s, ps)
 
-        def stage(name: str, port: int, health: str, **extra) -> Component:
+        def stage(name: str, port: int, health: str | Callable[[str], bool], **extra) -> Component:
             url = f"http://{s.host}:{port}"
             argv = [sys.executable, "-m", "ops.cli", *STAGE_COMMANDS[name]]
-            return Component(
-                name, argv, url, port, health=lambda: http_ok(f"{url}{health}"), env=env, **extra
-            )
+            check = (lambda: health(url)) if callable(health) else (lambda: http_ok(f"{url}{health}"))
+            return Component(name, argv, url, port, health=check, env=env, **extra)
 
         return [
             stage("ingest", ps.ingest_port, "/healthz"),
@@ -132,11 +131,31 @@ def stages(ps: PipelineSettings) -> Callable[[Stack], list[Component]]:
             stage("learner", ps.learner_health_port, "/health"),
             stage("gate", ps.gate_health_port, "/health"),
             stage("review", ps.gate_port, "/health"),
-            stage("serving", ps.controller_metrics_port, "/metrics", start_timeout_s=120),
+            stage("serving", ps.controller_metrics_port, serving_ready, start_timeout_s=120),
             stage("traces", ps.traces_health_port, "/health"),
         ]
 
     return build
+
+
+def reconcile_passes(metrics: str) -> float:
+    """``ratchet_serving_reconcile_passes_total`` in the serving controller's /metrics text (0 if absent)."""
+    for line in metrics.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "ratchet_serving_reconcile_passes_total":
+            return float(value)
+    return 0.0
+
+
+def serving_ready(url: str) -> bool:
+    """The serving controller is up once it has completed a reconcile pass. Before that the routes file
+    may be an earlier run's, naming versions that a restarted vLLM no longer holds (the proxy would
+    answer 503 for them), so traffic should not start."""
+    try:
+        resp = httpx.get(f"{url}/metrics", timeout=2.0)
+    except httpx.HTTPError:
+        return False
+    return resp.status_code == 200 and reconcile_passes(resp.text) >= 1
 
 
 def pipeline(

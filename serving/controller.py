@@ -76,6 +76,11 @@ class Metrics:
             "ratchet_serving_replica_healthy", "1 if the replica answers", ["replica"], registry=self.registry
         )
         self.swaps = Counter("ratchet_serving_swaps", "Alias flips", registry=self.registry)
+        self.passes = Counter(
+            "ratchet_serving_reconcile_passes",
+            "Reconcile passes completed: after the first, the routes name only what the replicas hold",
+            registry=self.registry,
+        )
         self.swap_seconds = Histogram(
             "ratchet_serving_swap_seconds", "From seeing a new champion to routing it", registry=self.registry,
             buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60),
@@ -227,6 +232,7 @@ class Controller:
             self.log(f"{url}: unloaded {version} (not kept, drained)")
             changed = True
         self._write_status(desired, keep, observations, reports)
+        self.metrics.passes.inc()
         return changed
 
     # --- steps --------------------------------------------------------------------------

@@ -250,7 +250,9 @@ def test_the_controller_keeps_serving_the_held_version_and_reports_a_refusal_onc
     controller = Controller(settings, log=lines.append)
     try:
         gauge = controller.metrics.registry.get_sample_value
+        assert gauge("ratchet_serving_reconcile_passes_total") == 0  # not ready: the routes are a file's
         controller.reconcile()
+        assert gauge("ratchet_serving_reconcile_passes_total") == 1
         status = json.loads((settings.serving_dir / "status.json").read_text())
         assert status["champion"] == "v1" and status["champion_refused"] is None
         assert status["signatures_checked"] is True
@@ -258,6 +260,7 @@ def test_the_controller_keeps_serving_the_held_version_and_reports_a_refusal_onc
         world.point_alias(world.number("v2"))
         controller.reconcile()
         controller.reconcile()
+        assert gauge("ratchet_serving_reconcile_passes_total") == 3
         status = json.loads((settings.serving_dir / "status.json").read_text())
         assert status["champion"] == "v1" and controller.routes.aliases == {"policy": "v1"}
         assert status["champion_refused"] == {
