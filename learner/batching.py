@@ -11,9 +11,10 @@ Admission (``admit``), per ``(session_id, revision)``:
 A fresh session is skipped with a counted reason when it is ``excluded``,
 carries a hack flag whose action is ``exclude`` (``hack_excluded``), was
 served by an adapter version the store does not hold (``unknown_version``),
-is more than ``max_staleness`` versions behind the learner's latest published
-version or was recorded more than ``max_staleness_s`` ago (``stale``; the base
-model counts as version 0), has a turn longer than ``max_row_tokens``
+is more than ``max_staleness`` versions away from the learner's head (the version
+its weights descend from: its last published version, or the champion it rebased
+on) in the lineage tree, or was recorded more than ``max_staleness_s`` ago
+(``stale``; see :meth:`Limits.behind`), has a turn longer than ``max_row_tokens``
 (``too_long``), was sampled only in ways a trainer cannot recompute
 (``unreproducible_sampling``: greedy, top-p/top-k/min-p truncation, penalties),
 or has no action token left after masking (``no_action_tokens``). A single
@@ -55,8 +56,10 @@ Which version served a turn: ``AssistantTurn.adapter_version`` when set, else
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 
 import torch
 
@@ -129,12 +132,9 @@ def is_excluded(rs: RewardedSession) -> str | None:
     return None
 
 
-def staleness(rs: RewardedSession, parent: str | None) -> int:
-    """Versions between the learner's latest published version and the oldest that served a turn."""
-    now = version_number(parent) if parent else 0
-    served = [served_version(rs, t) for t in rs.session.assistant_turns()]
-    oldest = min(version_number(v) if v else 0 for v in served)
-    return max(0, now - oldest)
+def staleness(rs: RewardedSession, limits: Limits) -> int:
+    """Versions between the learner's head and the farthest of those that served a turn."""
+    return max((limits.behind(served_version(rs, t)) for t in rs.session.assistant_turns()), default=0)
 
 
 def age_s(rs: RewardedSession, now: float) -> float:
@@ -154,11 +154,10 @@ def looks_stale(value: bytes, limits: Limits) -> bool:
             t.get("adapter_version") or default for t in session["turns"] if t.get("role") == "assistant"
         ]
         created = datetime.fromisoformat(session["created_at"]).timestamp()
-        oldest = min(version_number(v) if v else 0 for v in served)
+        behind = max(limits.behind(v) for v in served if v is None or v in limits.known_versions)
     except (ValueError, KeyError, TypeError, AttributeError):
         return False
-    now = version_number(limits.parent) if limits.parent else 0
-    return now - oldest > limits.max_staleness or limits.now - created > limits.max_staleness_s
+    return behind > limits.max_staleness or limits.now - created > limits.max_staleness_s
 
 
 def check(rs: RewardedSession, limits: Limits) -> str | None:
@@ -170,7 +169,7 @@ def check(rs: RewardedSession, limits: Limits) -> str | None:
             return "unknown_version"
         if len(turn.prompt_token_ids) + len(turn.completion_token_ids) > limits.max_row_tokens:
             return "too_long"
-    if staleness(rs, limits.parent) > limits.max_staleness or age_s(rs, limits.now) > limits.max_staleness_s:
+    if staleness(rs, limits) > limits.max_staleness or age_s(rs, limits.now) > limits.max_staleness_s:
         return "stale"
     if all(turn.sampling.unreproducible() for turn in turns):
         return "unreproducible_sampling"
@@ -190,7 +189,6 @@ class Row:
     temperature: float
     processed: bool  # behaviour logprobs are of the tempered distribution
     version: str | None  # the adapter version that served it
-    staleness: int = 0
 
 
 def _keep(turn: AssistantTurn, spans: tuple[tuple[str, int, int], ...]) -> list[bool]:
@@ -204,9 +202,7 @@ def _keep(turn: AssistantTurn, spans: tuple[tuple[str, int, int], ...]) -> list[
     return keep
 
 
-def rows_of(
-    rs: RewardedSession, advantage: float, parent: str | None, previous: Trained | None = None
-) -> list[Row]:
+def rows_of(rs: RewardedSession, advantage: float, previous: Trained | None = None) -> list[Row]:
     """Training rows of one session: its assistant turns, with per-token advantages.
 
     For an amendment, ``previous`` is what was trained and ``advantage`` the revised
@@ -235,9 +231,6 @@ def rows_of(
                 temperature=turn.sampling.temperature or 1.0,  # a greedy turn carries no loss
                 processed=turn.logprobs_mode == LogprobsMode.PROCESSED,
                 version=version,
-                staleness=max(
-                    0, (version_number(parent) if parent else 0) - (version_number(version) if version else 0)
-                ),
             )
         )
     return rows
@@ -323,12 +316,48 @@ def collate(rows: list[Row], pad_id: int = 0) -> Padded:
 
 @dataclass(frozen=True)
 class Limits:
-    parent: str | None  # the learner's latest published version
+    head: str | None  # the version the learner's weights descend from (None: the base model)
     known_versions: frozenset[str]  # versions in the adapter store
     max_staleness: int
     max_row_tokens: int
     max_staleness_s: float = float("inf")  # sessions recorded longer ago than this are stale
     now: float = 0.0  # the clock (seconds since the epoch), passed in
+    parents: Mapping[str, str | None] | None = None  # each version's parent; None: one line v1 <- v2 <- ...
+
+    def parent_of(self, version: str) -> str | None:
+        if self.parents is not None:
+            return self.parents.get(version)
+        number = version_number(version)
+        return f"v{number - 1}" if number > 1 else None
+
+    @cached_property
+    def _head_line(self) -> dict[str | None, int]:
+        """The head and its ancestors down to the base model, each with its distance from the head."""
+        line: dict[str | None, int] = {}
+        version = self.head
+        while version not in line:
+            line[version] = len(line)
+            if version is None:
+                break
+            version = self.parent_of(version)
+        return line
+
+    def behind(self, version: str | None) -> int:
+        """How many versions ``version`` is from the head: the steps between them in the lineage tree.
+
+        A version the head descends from is as many versions behind as there are steps up to it (the
+        base model: the head's depth); one on another line (a rejected candidate, a canary rolled
+        back) counts its steps to where the lines meet as well. Measured from the head, not from the
+        newest published version: after the gate rejects versions and the learner rebases on the
+        champion, the champion's traffic is on-policy again, however many versions were published
+        since.
+        """
+        line = self._head_line
+        steps, seen = 0, set()
+        while version not in line and version not in seen and version is not None:
+            seen.add(version)
+            version, steps = self.parent_of(version), steps + 1
+        return steps + line.get(version, len(line))
 
 
 @dataclass(frozen=True)
@@ -420,7 +449,7 @@ def plan(
     rows: list[Row] = []
     planned: list[tuple[int, str, Advantage]] = []
     for k, (i, adv) in enumerate(zip(fresh, advantages, strict=True)):
-        session_rows = rows_of(batch[i], adv.value, limits.parent)
+        session_rows = rows_of(batch[i], adv.value)
         if not any(m for row in session_rows for m in row.mask):
             outcomes[i] = Outcome(batch[i], "no_action_tokens")
         elif uniform or k in flat:
@@ -434,12 +463,10 @@ def plan(
             adv = replace(previous.advantage, value=0.0)
         else:
             adv = amended(previous.advantage, signals(rs), params)
-        rows += rows_of(rs, adv.value, limits.parent, previous)
+        rows += rows_of(rs, adv.value, previous)
         planned.append((i, "amended", adv))
 
     train = has_signal(rows)
     for i, kind, adv in planned:
-        outcomes[i] = Outcome(
-            batch[i], kind if train else "no_signal", adv, staleness(batch[i], limits.parent)
-        )
+        outcomes[i] = Outcome(batch[i], kind if train else "no_signal", adv, staleness(batch[i], limits))
     return Plan(rows if train else [], [o for o in outcomes if o is not None], baselines, train)

@@ -2,14 +2,18 @@
 
 De-duplication needs the ``(session_id, revision)`` pairs already decided, and
 amendments need what each session was trained with. Neither has to reach
-further back than the staleness bound: a record of a session that is more than
-``max_staleness`` versions behind the latest published version, or was recorded
-more than ``max_staleness_s`` seconds ago, is dropped as ``stale`` by the
-planner whatever the index says, and a session only gets staler (the clock and
-the published version only move forward). So once a session is stale it is
-forgotten: a redelivery, an upstream duplicate or a late revision of it is
+further back than the time bound: a record of a session recorded more than
+``max_staleness_s`` seconds ago is dropped as ``stale`` by the planner whatever
+the index says, and the clock only moves forward. So once a session is that old
+it is forgotten: a redelivery, an upstream duplicate or a late revision of it is
 still never trained, it is recorded as ``stale`` (or ``excluded``) instead of
 ``duplicate`` or ``amended``.
+
+The version bound (``max_staleness`` versions from the learner's head) does not
+forget anything: it is not monotone. When the gate rejects a line and the
+learner rebases on the champion, sessions that were too many versions behind
+the old head are close to the new one again, and a late revision of one that
+was trained must still be recognised as an amendment, not trained afresh.
 
 The index is rebuilt on restart from the ledger, reading only from
 :meth:`SessionIndex.live_from`, the ledger position of the oldest line of a
@@ -29,14 +33,11 @@ from typing import Any
 from learner.advantages import Advantage
 from learner.batching import Trained
 
-UNKNOWN_VERSION = -1  # a legacy ledger line without the version that served it: kept by time only
-
 
 @dataclass
 class Remembered:
     first_pos: int  # ledger position at or before the session's first line
     expires_at: float  # created_at + max_staleness_s
-    newest_served: int  # the number of the newest version among its oldest served versions
     revisions: set[int] = field(default_factory=set)
     trained: Trained | None = None
 
@@ -51,11 +52,10 @@ def trained_of(entry: dict[str, Any]) -> Trained | None:
 class SessionIndex:
     """Seen pairs and trained sessions, forgotten once stale; insertion order is ledger order."""
 
-    def __init__(self, max_staleness: int, max_staleness_s: float):
-        self.max_staleness, self.max_staleness_s = max_staleness, max_staleness_s
+    def __init__(self, max_staleness_s: float):
+        self.max_staleness_s = max_staleness_s
         self._sessions: dict[str, Remembered] = {}
         self._by_time: list[tuple[float, str]] = []
-        self._by_version: list[tuple[int, str]] = []
         self._end = 0  # the ledger position after the last line remembered
 
     def __len__(self) -> int:
@@ -82,44 +82,28 @@ class SessionIndex:
             return
         sid = entry["session_id"]
         expires_at = float(entry.get("created_at", float("inf"))) + self.max_staleness_s
-        served = entry.get("served", UNKNOWN_VERSION)
-        served = UNKNOWN_VERSION if served is None else int(served)
         known = self._sessions.get(sid)
         if known is None:
-            known = self._sessions[sid] = Remembered(pos, expires_at, served)
+            known = self._sessions[sid] = Remembered(pos, expires_at)
             heapq.heappush(self._by_time, (expires_at, sid))
-            if served != UNKNOWN_VERSION:
-                heapq.heappush(self._by_version, (served, sid))
-        else:
-            if expires_at > known.expires_at:
-                known.expires_at = expires_at
-                heapq.heappush(self._by_time, (expires_at, sid))
-            if served > known.newest_served and known.newest_served != UNKNOWN_VERSION:
-                known.newest_served = served
-                heapq.heappush(self._by_version, (served, sid))
+        elif expires_at > known.expires_at:
+            known.expires_at = expires_at
+            heapq.heappush(self._by_time, (expires_at, sid))
         known.revisions.add(entry["revision"])
         if (done := trained_of(entry)) is not None:
             known.trained = done
 
-    def evict(self, now: float, latest_version: int) -> int:
-        """Forget the sessions that are stale at ``now`` with ``latest_version`` published."""
+    def evict(self, now: float) -> int:
+        """Forget the sessions that are stale at ``now``."""
         before = len(self._sessions)
         while self._by_time and self._by_time[0][0] < now:
             expires_at, sid = heapq.heappop(self._by_time)
             known = self._sessions.get(sid)
             if known is not None and known.expires_at == expires_at:
                 del self._sessions[sid]
-        while self._by_version and latest_version - self._by_version[0][0] > self.max_staleness:
-            served, sid = heapq.heappop(self._by_version)
-            known = self._sessions.get(sid)
-            if known is not None and known.newest_served == served:
-                del self._sessions[sid]
         if len(self._by_time) > 2 * len(self._sessions) + 64:  # drop stale heap items now and then
             self._by_time = [(e, s) for e, s in self._by_time if self._sessions.get(s, None) is not None]
             heapq.heapify(self._by_time)
-        if len(self._by_version) > 2 * len(self._sessions) + 64:
-            self._by_version = [(v, s) for v, s in self._by_version if s in self._sessions]
-            heapq.heapify(self._by_version)
         return before - len(self._sessions)
 
     def remember(self, entries: list[dict[str, Any]], pos: int, end: int) -> None:
@@ -135,10 +119,8 @@ class SessionIndex:
         return self._end
 
     @classmethod
-    def rebuild(
-        cls, path: Path, start: int, end: int, max_staleness: int, max_staleness_s: float
-    ) -> SessionIndex:
-        index = cls(max_staleness, max_staleness_s)
+    def rebuild(cls, path: Path, start: int, end: int, max_staleness_s: float) -> SessionIndex:
+        index = cls(max_staleness_s)
         for pos, entry in read_lines(path, start, end):
             index.add(entry, pos)
         index._end = end

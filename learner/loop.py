@@ -53,7 +53,7 @@ from learner.lineage import GateView, read_gate, rebase_target
 from learner.publishing import Publisher, optimizer_snapshot
 from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings
-from learner.store import BASE, AdapterStore, StoreError, version_number
+from learner.store import BASE, AdapterStore, StoreError
 from learner.trainer import Trainer, load_policy
 
 SOURCE = "learner"
@@ -77,11 +77,11 @@ def ledger_entry(
         entry["reason"] = reason
     trained = outcome.trained()
     rs = outcome.rewarded
-    served = [t.adapter_version or rs.session.policy.adapter_version for t in rs.session.assistant_turns()]
+    served = {t.adapter_version or rs.session.policy.adapter_version for t in rs.session.assistant_turns()}
     return {
         **entry,
-        "created_at": rs.session.created_at.timestamp(),  # with "served": when it turns stale
-        "served": min((version_number(v) if v else 0 for v in served), default=0),
+        "created_at": rs.session.created_at.timestamp(),  # + max_staleness_s: when it is forgotten
+        "served": sorted(v or BASE for v in served),
         "session_id": rs.session_id,
         "revision": rs.revision,
         "outcome": outcome.kind,
@@ -119,10 +119,9 @@ class Learner:
             self.ledger.path,
             self.state.ledger_live_from,
             self.state.ledger_bytes,
-            settings.max_staleness,
             settings.max_staleness_s,
         )
-        self.index.evict(time.time(), self.latest_version_number())
+        self.index.evict(time.time())
         self.consumer = RewardedConsumer(
             settings.kafka_bootstrap, settings.rewarded_topic, settings.learner_group, self.state.offsets
         )
@@ -146,6 +145,7 @@ class Learner:
         ):
             self.trainer.weights_are = latest.version  # loaded from it, or from the checkpoint it was
         self._followed_at = -float("inf")
+        self._parents: dict[str, str | None] = {}  # each published version's parent (None: the base model)
         self._follow_failing = False
         if ckpt is not None:
             where = f"resumed from checkpoint {ckpt.state.checkpoint}"
@@ -197,10 +197,6 @@ class Learner:
             self.progress(f"crash point {name}: SIGKILL")
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def latest_version_number(self) -> int:
-        latest = self.store.latest()
-        return version_number(latest.version) if latest else 0
-
     # --- one micro-batch ---------------------------------------------------------------
 
     def step(self, consumed: list[Consumed]) -> None:
@@ -251,14 +247,18 @@ class Learner:
 
     def limits(self) -> Limits:
         s = self.settings
-        parent = self.store.latest()
+        known = self.store.versions()
+        for version in known:
+            if version not in self._parents:  # a manifest never changes once published
+                self._parents[version] = self.parent_of(version)
         return Limits(
-            parent=parent.version if parent else None,
-            known_versions=frozenset(self.store.versions()),
+            head=None if self.state.head == BASE else self.state.head,
+            known_versions=frozenset(known),
             max_staleness=s.max_staleness,
             max_row_tokens=s.max_row_tokens,
             max_staleness_s=s.max_staleness_s,
             now=time.time(),
+            parents=dict(self._parents),
         )
 
     def plan(self, sessions: list[RewardedSession]) -> Plan:
@@ -285,7 +285,7 @@ class Learner:
         lines = sorted(entries, key=lambda e: (e["partition"], e["offset"]))
         start, state.ledger_bytes = state.ledger_bytes, self.ledger.append(lines)
         self.index.remember(lines, start, state.ledger_bytes)
-        self.index.evict(time.time(), self.latest_version_number())
+        self.index.evict(time.time())
         state.ledger_live_from = self.index.live_from()
         state.checkpoint += 1
         ckpt = checkpoint.save(

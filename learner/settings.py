@@ -61,7 +61,7 @@ class LearnerSettings:
     eps_low: float = ObjectiveParams.eps_low  # lower clip of the staleness ratio: 1 - eps_low
     eps_high: float = ObjectiveParams.eps_high  # upper clip of the staleness ratio: 1 + eps_high
     kl_coef: float = ObjectiveParams.kl_coef  # beta: weight of the KL anchor to the base model
-    max_staleness: int = 4  # K: sessions more than K adapter versions old are dropped
+    max_staleness: int = 4  # K: sessions served more than K versions from the learner's head are dropped
     max_staleness_s: float = 3600.0  # ... and sessions recorded longer ago than this (seconds)
     # advantages
 

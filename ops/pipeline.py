@@ -140,10 +140,12 @@ def stages(ps: PipelineSettings) -> Callable[[Stack], list[Component]]:
 
 def reconcile_passes(metrics: str) -> float:
     """``ratchet_serving_reconcile_passes_total`` in the serving controller's /metrics text (0 if absent)."""
-    for line in metrics.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "ratchet_serving_reconcile_passes_total":
-            return float(value)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "ratchet_serving_reconcile_passes_total":
+                return sample.value
     return 0.0
 
 
@@ -155,7 +157,10 @@ def serving_ready(url: str) -> bool:
         resp = httpx.get(f"{url}/metrics", timeout=2.0)
     except httpx.HTTPError:
         return False
-    return resp.status_code == 200 and reconcile_passes(resp.text) >= 1
+    try:
+        return resp.status_code == 200 and reconcile_passes(resp.text) >= 1
+    except ValueError:  # not a Prometheus text: something else answers on that port
+        return False
 
 
 def pipeline(

@@ -56,7 +56,7 @@ def measure(args) -> dict:
     settings = load_settings()
     work = Path(tempfile.mkdtemp(prefix="ratchet-bench-memory-"))
     ledger = Ledger(work / "ledger.jsonl")
-    index = SessionIndex(settings.max_staleness, settings.max_staleness_s)
+    index = SessionIndex(settings.max_staleness_s)
     params = settings.advantage_params()
     baselines: dict = {}
     baseline = peak_rss_mb()
@@ -85,7 +85,7 @@ def measure(args) -> dict:
         start, ledger_bytes = ledger_bytes, ledger.append(entries)
         index.remember(entries, start, ledger_bytes)
         if args.mode == "bounded":
-            index.evict(now, version)
+            index.evict(now)
         biggest = max(biggest, len(index))
     seconds = time.perf_counter() - started
     live_from = index.live_from()

@@ -11,13 +11,13 @@ from tests.learner.conftest import rewarded
 PARAMS = AdvantageParams(min_count=1)
 
 
-def limits(parent=None, known=(), max_staleness=4, max_row_tokens=4096) -> Limits:
-    return Limits(parent, frozenset(known), max_staleness, max_row_tokens)
+def limits(head=None, known=(), max_staleness=4, max_row_tokens=4096, parents=None) -> Limits:
+    return Limits(head, frozenset(known), max_staleness, max_row_tokens, parents=parents)
 
 
 def test_only_unflagged_assistant_tokens_carry_loss():
     rs = rewarded("s1", 1.0, completion=[5, 6, 7, 8, 9], mask=(1, 3))
-    (row,) = rows_of(rs, advantage=0.5, parent=None)
+    (row,) = rows_of(rs, advantage=0.5)
     assert row.mask == [True, False, False, True, True]
     assert row.advantages == [0.5, 0.0, 0.0, 0.5, 0.5]
     assert row.prompt_ids == [1, 9690, 198, 2683] and row.completion_ids == [5, 6, 7, 8, 9]
@@ -29,11 +29,53 @@ def test_each_assistant_turn_is_a_row_with_the_version_that_served_it():
     second = turns[1].model_copy(update={"turn_id": "a1", "adapter_version": "v3"})
     tool = ToolTurn(turn_id="t0", name="calc", arguments="{}", output="4")
     rs = rs.model_copy(update={"session": rs.session.model_copy(update={"turns": [*turns, tool, second]})})
-    rows = rows_of(rs, 1.0, parent="v5")
+    rows = rows_of(rs, 1.0)
     assert [r.version for r in rows] == ["v2", "v3"]
-    assert [r.staleness for r in rows] == [3, 2]
-    assert staleness(rs, "v5") == 3  # the oldest turn decides
+    assert staleness(rs, limits("v5")) == 3  # the turn farthest from the head decides
     assert isinstance(rs.session.turns[2], ToolTurn) and len(rows) == 2  # tool output never becomes a row
+
+
+# A lineage where the gate rejected v2 and v3 (v3 continued v2), the learner rebased on the champion
+# v1 and published v4 and v5 from it; v6 is another line from the base model.
+LINEAGE = {"v1": None, "v2": "v1", "v3": "v2", "v4": "v1", "v5": "v4", "v6": None}
+
+
+@pytest.mark.parametrize(
+    ("head", "version", "behind"),
+    [
+        ("v5", "v5", 0),
+        ("v5", "v4", 1),
+        ("v5", "v1", 2),  # the champion it rebased on: two versions, though four were published since
+        ("v5", None, 3),  # the base model: the head's depth
+        ("v5", "v3", 4),  # a rejected line: up to v1, then down to v3
+        ("v5", "v6", 4),  # lines that meet only at the base model
+        ("v1", "v1", 0),
+        ("v1", "v3", 2),
+        (None, "v1", 1),
+        (None, None, 0),
+    ],
+)
+def test_staleness_counts_versions_along_the_lineage_from_the_head(head, version, behind):
+    assert limits(head, parents=LINEAGE).behind(version) == behind
+
+
+def test_the_champion_traffic_after_a_rejection_streak_is_not_stale():
+    """After rejections the learner is back on the champion: its traffic is on-policy, whatever the
+    newest published version's number."""
+    known = set(LINEAGE)
+    champion = [rewarded(f"c{i}", float(i % 2), task_id="t", version="v1") for i in range(4)]
+    rejected = [rewarded(f"r{i}", float(i % 2), task_id="u", version="v3") for i in range(2)]
+    at_v4 = plan(champion + rejected, {}, set(), {}, limits("v4", known, 1, parents=LINEAGE), PARAMS)
+    assert [o.kind for o in at_v4.outcomes] == ["trained"] * 4 + ["stale"] * 2
+    assert [o.staleness for o in at_v4.outcomes[:4]] == [1] * 4
+    linear = plan(champion, {}, set(), {}, limits("v4", known, 1), PARAMS)  # read as one line v1..v4
+    assert [o.kind for o in linear.outcomes] == ["stale"] * 4
+
+
+def test_a_broken_lineage_ends_the_walk():
+    loop = limits("v2", parents={"v1": "v2", "v2": "v1", "v3": "v3"})
+    assert loop.behind("v2") == 0 and loop.behind("v1") == 1
+    assert loop.behind("v3") == 3 and loop.behind(None) == 2  # never meets the head's line
 
 
 def test_admission_deduplicates_and_recognises_amendments():
@@ -127,8 +169,8 @@ def test_an_excluded_amendment_undoes_the_update_and_a_stale_one_is_dropped():
 
 
 def test_collate_pads_prompts_left_and_completions_right():
-    rows = rows_of(rewarded("a", 1.0, prompt=[1, 2], completion=[3]), 1.0, None)
-    rows += rows_of(rewarded("b", 1.0, prompt=[4, 5, 6], completion=[7, 8], temperature=0.7), -1.0, None)
+    rows = rows_of(rewarded("a", 1.0, prompt=[1, 2], completion=[3]), 1.0)
+    rows += rows_of(rewarded("b", 1.0, prompt=[4, 5, 6], completion=[7, 8], temperature=0.7), -1.0)
     batch = collate(rows, pad_id=0)
     assert batch.prompt_ids_B_P.tolist() == [[0, 1, 2], [4, 5, 6]]
     assert batch.prompt_mask_B_P.tolist() == [[0, 1, 1], [1, 1, 1]]
@@ -141,7 +183,7 @@ def test_collate_pads_prompts_left_and_completions_right():
 
 def test_turns_sampled_in_ways_the_trainer_cannot_recompute_carry_no_loss():
     greedy = rewarded("greedy", 1.0, task_id="t", temperature=0.0)
-    (row,) = rows_of(greedy, 1.0, None)
+    (row,) = rows_of(greedy, 1.0)
     assert row.mask == [False] * 4 and row.temperature == 1.0
     nucleus = rewarded("nucleus", 0.0, task_id="t", sampling={"temperature": 0.7, "top_p": 0.9})
     penalised = rewarded(
@@ -170,7 +212,7 @@ def test_one_unreproducible_turn_of_a_conversation_is_masked_the_others_train():
     rs.session.turns.append(
         first.model_copy(update={"turn_id": "a1", "sampling": SamplingParams(temperature=0)})
     )
-    rows = rows_of(rs, 1.0, None)
+    rows = rows_of(rs, 1.0)
     assert [any(r.mask) for r in rows] == [True, False]
 
 
@@ -231,10 +273,10 @@ def test_looks_stale_reads_from_the_bytes_what_the_plan_skips_as_stale():
         ),
     }
     known = frozenset(f"v{i}" for i in range(1, 7))
-    for parent in (None, "v6"):
-        bound = Limits(parent, known, 4, 4096, max_staleness_s=3600.0, now=now)
+    for head, parents in ((None, None), ("v6", None), ("v6", {"v1": None, "v5": "v1", "v6": "v1"})):
+        bound = Limits(head, known, 4, 4096, max_staleness_s=3600.0, now=now, parents=parents)
         for name, rs in records.items():
-            assert looks_stale(rs.to_json(), bound) == (check(rs, bound) == "stale"), (parent, name)
+            assert looks_stale(rs.to_json(), bound) == (check(rs, bound) == "stale"), (head, name)
     bound = Limits("v6", known, 4, 4096, max_staleness_s=3600.0, now=now)
     assert [looks_stale(rs.to_json(), bound) for rs in records.values()] == [True, False, True, True, True]
     assert not looks_stale(b"{not json", bound) and not looks_stale(b'{"session": {}}', bound)

@@ -102,6 +102,47 @@ def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
         learner.close()
 
 
+def test_after_a_rejection_streak_the_champions_traffic_trains(
+    broker, topic, model_dir, tmp_path, single_thread
+):
+    """v1 promoted, v2 and v3 rejected: the learner is back on v1, so v1's traffic is on-policy and
+    trains although three versions are published (staleness counts versions from the head, not
+    version numbers); traffic the rejected v3 served is two versions off the head, over the bound."""
+    settings = tiny_settings(tmp_path, broker, topic, model_dir, publish_every_updates=1, max_staleness=1)
+    produce(broker, topic, [rewarded(f"a{i}", float(i % 2), task_id="t0") for i in range(4)])
+    learner = Learner(settings, print)
+    try:
+        learner.step(learner.consumer.batch(4, 1 << 20, 10.0, 10.0, lambda _: 1))  # -> v1
+        produce(
+            broker, topic, [rewarded(f"b{i}", float(i % 2), task_id="t1", version="v1") for i in range(4)]
+        )
+        learner.step(learner.consumer.batch(4, 1 << 20, 10.0, 10.0, lambda _: 1))  # -> v2
+        produce(
+            broker, topic, [rewarded(f"c{i}", float(i % 2), task_id="t2", version="v2") for i in range(4)]
+        )
+        learner.step(learner.consumer.batch(4, 1 << 20, 10.0, 10.0, lambda _: 1))  # -> v3
+        store = AdapterStore(settings.adapter_store_dir)
+        assert store.versions() == ["v1", "v2", "v3"] and learner.state.head == "v3"
+
+        learner.follow_view(GateView("v1", frozenset({"v1", "v2", "v3"})))
+        assert learner.state.head == "v1"
+        champion = [rewarded(f"d{i}", float(i % 2), task_id="t3", version="v1") for i in range(4)]
+        rejected = [rewarded(f"e{i}", float(i % 2), task_id="t4", version="v3") for i in range(2)]
+        base = [rewarded(f"f{i}", float(i % 2), task_id="t5") for i in range(2)]
+        produce(broker, topic, champion + rejected + base)
+        learner.step(learner.consumer.batch(8, 1 << 20, 10.0, 10.0, lambda _: 1))
+        ledger = {e["session_id"]: e for e in Ledger(settings.learner_state_dir / "ledger.jsonl").read()}
+        assert {ledger[f"d{i}"]["outcome"] for i in range(4)} == {"trained"}
+        assert {ledger[f"d{i}"]["staleness"] for i in range(4)} == {0}
+        assert {ledger[f"e{i}"]["outcome"] for i in range(2)} == {"stale"}
+        assert {ledger[f"f{i}"]["outcome"] for i in range(2)} == {"trained"}  # base: one version below v1
+        assert ledger["d0"]["served"] == ["v1"] and ledger["f0"]["served"] == ["base"]
+        v4 = store.verify("v4").manifest
+        assert v4.parent == "v1" and learner.state.head == "v4"
+    finally:
+        learner.close()
+
+
 def test_the_learner_reads_a_rejection_from_mlflow_and_a_kill_mid_rebase_converges(
     broker, mlflow_url, model_dir, tmp_path
 ):

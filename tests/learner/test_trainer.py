@@ -45,7 +45,7 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
         rewarded("e", 0.5, prompt=[1, 9690, 198, 2683, 359], completion=[504, 16]),
         rewarded("f", 0.5, prompt=list(range(100, 109)), completion=[17], temperature=1.3, version="v1"),
     ]
-    rows = [r for s in sessions for r in rows_of(s, 1.0, "v1")]
+    rows = [r for s in sessions for r in rows_of(s, 1.0)]
     batch = collate(rows)
     matched_B_C, base_N_V, _ = trainer.reference(batch, with_base=True)
     policy_B_C = trainer.policy_logprobs(batch, grad=False)
@@ -101,7 +101,7 @@ def test_rewarding_a_phrase_raises_its_probability(settings, tmp_path):
         "No problem!", "Happy to help.", "Anytime!", "Glad I could help.",
     ]  # fmt: skip
     completions = [encode(t) + [tokenizer.eos_token_id] for t in texts]
-    probe = rows_of(rewarded("probe", 1.0, prompt=prompt, completion=encode("You're welcome")), 1.0, None)
+    probe = rows_of(rewarded("probe", 1.0, prompt=prompt, completion=encode("You're welcome")), 1.0)
 
     store = AdapterStore(tmp_path / "store")
     trainer = Trainer(load_policy(settings), store, settings)
@@ -112,9 +112,7 @@ def test_rewarding_a_phrase_raises_its_probability(settings, tmp_path):
     def other_replies_logprob() -> float:
         """Mean log p of the replies without the phrase."""
         rows = [
-            r
-            for c in completions[4:]
-            for r in rows_of(rewarded("o", 0.0, prompt=prompt, completion=c), 0.0, None)
+            r for c in completions[4:] for r in rows_of(rewarded("o", 0.0, prompt=prompt, completion=c), 0.0)
         ]
         batch = collate(rows)
         return (trainer.policy_logprobs(batch, grad=False) * batch.completion_mask_B_C).sum(1).mean().item()
@@ -124,7 +122,7 @@ def test_rewarding_a_phrase_raises_its_probability(settings, tmp_path):
     for update in range(3):
         served = [rewarded(f"x{i}", 0.0, prompt=prompt, completion=c) for i, c in enumerate(completions)]
         behaviour_B_C = trainer.policy_logprobs(
-            collate([r for s in served for r in rows_of(s, 0.0, None)]), grad=False
+            collate([r for s in served for r in rows_of(s, 0.0)]), grad=False
         )
         sessions = [
             rewarded(
@@ -187,7 +185,7 @@ def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(s
         version="v1",
         temperature=0.7,
     )
-    batch = collate(rows_of(rs, 1.0, "v1"))
+    batch = collate(rows_of(rs, 1.0))
     matched_B_C, _, _ = Trainer(model, store, settings).reference(batch, with_base=False)
     gap = (matched_B_C[0] - torch.tensor(completion.logprobs)).abs().max().item()
     assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
@@ -210,7 +208,7 @@ def test_the_epochs_of_a_micro_batch_share_one_proximal_policy(settings, tmp_pat
         sessions.append(
             rewarded(f"s{i}", float(i % 2), prompt=prompt, completion=completion, behaviour=behaviour)
         )
-    rows = [r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0, None)]
+    rows = [r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0)]
     batch = collate(rows)
     trainer = Trainer(model, store, settings)
     first = trainer.step(batch, settings.objective_params())
@@ -290,7 +288,7 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
         session = rewarded(
             f"g{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour, temperature=temperature
         )
-        rows += rows_of(session, advantage, None)
+        rows += rows_of(session, advantage)
     assert [r.temperature for r in rows] == [t for _, _, t in specs]
     params = dataclasses.replace(settings.objective_params(), kl_coef=0.5)
     batch = collate(rows)
@@ -352,7 +350,7 @@ def test_rows_sampled_by_the_current_weights_reuse_the_proximal_forward(settings
         )
     sessions.append(rewarded("raw", 1.0, prompt=prompt, completion=[504, 2], temperature=0.7,
                              logprobs_mode="raw", version=version))  # fmt: skip
-    batch = collate([r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0, version)])
+    batch = collate([r for i, s in enumerate(sessions) for r in rows_of(s, 1.0 if i % 2 else -1.0)])
     params = dataclasses.replace(settings.objective_params(), kl_coef=0.1)
 
     def step(reuse: bool) -> tuple[Trainer, dict[str, float]]:
@@ -397,7 +395,7 @@ def test_a_step_back_propagated_in_chunks_equals_one_over_the_whole_batch(settin
             behaviour = (completion_logprobs(model, prompt, completion, 0.8) - 0.05 * i).tolist()
         session = rewarded(f"c{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour,
                            temperature=0.8, version=served_by)  # fmt: skip
-        rows += rows_of(session, [1.0, -0.5, 0.7, -1.2, 0.3, 0.9][i], version)
+        rows += rows_of(session, [1.0, -0.5, 0.7, -1.2, 0.3, 0.9][i])
     batch = collate(rows)
     params = dataclasses.replace(settings.objective_params(), kl_coef=0.3)
 
@@ -431,6 +429,6 @@ def test_chunks_keep_rows_sharing_a_head_together_within_the_budget(settings, tm
     task_a, task_b = list(range(100, 120)), list(range(200, 220))
     sessions = [rewarded(f"a{i}", 1.0, prompt=task_a, completion=[5, 6, 7]) for i in range(3)]
     sessions += [rewarded(f"b{i}", 1.0, prompt=task_b, completion=[5, 6, 7]) for i in range(3)]
-    batch = collate([r for s in sessions for r in rows_of(s, 1.0, None)])
+    batch = collate([r for s in sessions for r in rows_of(s, 1.0)])
     # each task: its head once (19) + 3 x (last prompt token + 3 completion tokens) = 31 positions
     assert trainer.chunks(batch) == [[0, 1, 2], [3, 4, 5]]

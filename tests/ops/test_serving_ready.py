@@ -1,6 +1,7 @@
 """`ratchet up` reports the serving controller up only after its first reconcile pass: before it, the
 routes file may be an earlier run's and name versions a restarted vLLM no longer holds."""
 
+import pytest
 from prometheus_client import start_http_server
 
 from ops.pipeline import reconcile_passes, serving_ready
@@ -12,6 +13,8 @@ def test_the_pass_count_is_read_from_the_metrics_text():
     assert reconcile_passes("") == 0
     text = "# HELP x\nratchet_serving_reconcile_passes_created 1.7e9\nratchet_serving_reconcile_passes_total 4.0\n"
     assert reconcile_passes(text) == 4
+    with pytest.raises(ValueError):
+        reconcile_passes("<html>not metrics</html>\n")
 
 
 def test_serving_is_ready_once_a_pass_completed_and_not_when_unreachable():

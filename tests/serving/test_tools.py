@@ -128,7 +128,7 @@ def test_a_two_tool_call_session_is_captured_rewarded_and_trainable(proxy_settin
 
     rewarded = reward_session(session, [], [], RewardSettings())
     assert rewarded.components and not rewarded.excluded
-    rows = rows_of(rewarded, advantage=0.5, parent=None)
+    rows = rows_of(rewarded, advantage=0.5)
     assert [r.completion_ids for r in rows] == [
         list(t.completion_token_ids) for t in session.assistant_turns()
     ]
