@@ -217,6 +217,9 @@ class Outbox:
         self._producer.flush(self.delivery_timeout_s)
         self._closed.set()
         self._poller.join()
+        # librdkafka's handle lives (and keeps reconnecting to the broker) until the Producer is
+        # collected, and an app object can outlive the stage: drop the only reference now
+        self._producer = None
 
 
 def emitted_header(session_id: str, emitted: Emitted) -> bytes:
