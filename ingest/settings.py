@@ -20,3 +20,6 @@ class IngestSettings:
     ingest_max_batch_records: int = 5000  # records in one JSONL batch
     ingest_delivery_timeout_s: float = 10.0  # a produce not acknowledged by then is answered 503
     ingest_retry_after_s: int = 5  # the Retry-After of a 503
+    # an idle keep-alive connection is closed after this; longer than clients keep theirs (httpx and
+    # the OpenAI client: 5 s), or a request sent as the server closes the connection fails (ReadError)
+    ingest_keep_alive_s: float = 75.0

@@ -390,6 +390,9 @@ class Stack(Supervisor):
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
             "VLLM_CPU_KVCACHE_SPACE": str(s.vllm_kv_cache_gib),
             "VLLM_CPU_OMP_THREADS_BIND": s.vllm_cpu_bind,
+            # idle connections outlive the proxy's and the gate's pooled ones (httpx: 5 s); at vLLM's
+            # default, also 5 s, a request can be sent just as the server closes the connection
+            "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
             "PYTHONFAULTHANDLER": "1",  # a stuck start dumps its threads to the log (see _wait_healthy)
             "RATCHET_VLLM_CPU_LORA": s.vllm_cpu_lora,
             "PYTHONPATH": str(VLLM_SITE),  # ahead of the checkout (see _spawn)

@@ -46,6 +46,9 @@ class ProxySettings:
     state_dir: Path = dataclasses.field(default_factory=_default_state_dir)
     vllm_timeout_s: float = 300.0  # timeout of one request to a vLLM replica
     delivery_timeout_s: float = 10.0  # a session end the broker has not acknowledged by then is answered 503
+    # an idle keep-alive connection is closed after this; longer than clients keep theirs (httpx and
+    # the OpenAI client: 5 s), or a request sent as the server closes the connection fails (ReadError)
+    proxy_keep_alive_s: float = 75.0
 
     @property
     def routes_path(self) -> Path:

@@ -36,6 +36,7 @@ def serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         access_log=args.access_log,
         log_level=args.log_level,
+        timeout_keep_alive=settings.ingest_keep_alive_s,
     )
     return 0
 
@@ -47,7 +48,8 @@ def register(sub) -> None:
         description="Run the ingest API. Settings: RATCHET_KAFKA_BOOTSTRAP, RATCHET_INGEST_TOKENS "
         "(tenant=token,...), RATCHET_INGEST_HOST, RATCHET_INGEST_PORT, RATCHET_INGEST_MAX_RECORD_BYTES, "
         "RATCHET_INGEST_MAX_BATCH_BYTES, RATCHET_INGEST_MAX_BATCH_RECORDS, "
-        "RATCHET_INGEST_DELIVERY_TIMEOUT_S, RATCHET_INGEST_RETRY_AFTER_S.",
+        "RATCHET_INGEST_DELIVERY_TIMEOUT_S, RATCHET_INGEST_RETRY_AFTER_S, RATCHET_INGEST_KEEP_ALIVE_S (idle "
+        "connections, default 75).",
     )
     actions = ingest.add_subparsers(dest="action", required=True, metavar="ACTION")
     run = actions.add_parser(

@@ -35,7 +35,13 @@ def run(args: argparse.Namespace) -> int:
         f"tenants {', '.join(sorted(settings.ingest_tokens))}",
         flush=True,
     )
-    uvicorn.run(app, host=settings.proxy_host, port=settings.proxy_port, log_level=args.log_level)
+    uvicorn.run(
+        app,
+        host=settings.proxy_host,
+        port=settings.proxy_port,
+        log_level=args.log_level,
+        timeout_keep_alive=settings.proxy_keep_alive_s,
+    )
     return 0
 
 
@@ -51,7 +57,8 @@ def register(sub) -> None:
         "$RATCHET_STATE_DIR/serving/routes.json), re-read when replaced; until it exists, RATCHET_VLLM_URLS "
         "and RATCHET_POLICY_VERSION. GET /admin/state reports in-flight requests per version "
         "(RATCHET_PROXY_ADMIN_TOKEN). Other settings: RATCHET_KAFKA_BOOTSTRAP, RATCHET_PROXY_HOST/PORT, "
-        "RATCHET_POLICY_ALIAS, RATCHET_SESSION_IDLE_TIMEOUT_S, RATCHET_STATE_DIR (journal).",
+        "RATCHET_POLICY_ALIAS, RATCHET_SESSION_IDLE_TIMEOUT_S, RATCHET_PROXY_KEEP_ALIVE_S (idle "
+        "connections, default 75), RATCHET_STATE_DIR (journal).",
     )
     actions = proxy.add_subparsers(dest="action", required=True, metavar="ACTION")
     serve = actions.add_parser("serve", help="run the proxy in the foreground (Ctrl-C stops it)")
