@@ -65,6 +65,7 @@ import torch
 
 from ingest.contract import AssistantTurn, LogprobsMode, RewardedSession
 from learner.advantages import Advantage, AdvantageParams, Baselines, amended, score, scored, signals
+from learner.lineage import ancestry, distance
 from learner.store import version_number
 
 BASE = None  # adapter version of the base model
@@ -332,15 +333,7 @@ class Limits:
 
     @cached_property
     def _head_line(self) -> dict[str | None, int]:
-        """The head and its ancestors down to the base model, each with its distance from the head."""
-        line: dict[str | None, int] = {}
-        version = self.head
-        while version not in line:
-            line[version] = len(line)
-            if version is None:
-                break
-            version = self.parent_of(version)
-        return line
+        return ancestry(self.head, self.parent_of)
 
     def behind(self, version: str | None) -> int:
         """How many versions ``version`` is from the head: the steps between them in the lineage tree.
@@ -352,12 +345,7 @@ class Limits:
         champion, the champion's traffic is on-policy again, however many versions were published
         since.
         """
-        line = self._head_line
-        steps, seen = 0, set()
-        while version not in line and version not in seen and version is not None:
-            seen.add(version)
-            version, steps = self.parent_of(version), steps + 1
-        return steps + line.get(version, len(line))
+        return distance(version, self._head_line, self.parent_of)
 
 
 @dataclass(frozen=True)

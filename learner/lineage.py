@@ -20,7 +20,7 @@ when there is none, and every line meets it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from learner.store import BASE  # the head (or champion) when it is the base model itself
@@ -32,19 +32,41 @@ class GateView:
     decided: frozenset[str]  # versions the gate (or a reviewer) has decided on
 
 
+def ancestry(version: str | None, parent_of: Callable[[str], str | None]) -> dict[str | None, int]:
+    """``version`` and the versions it descends from, nearest first, each with its steps from
+    ``version``, down to the base model (``None``). A corrupt ancestry (a version met twice) ends the
+    walk there, without the base model."""
+    line: dict[str | None, int] = {}
+    while version not in line:
+        line[version] = len(line)
+        if version is None:
+            break
+        version = parent_of(version)
+    return line
+
+
+def distance(
+    version: str | None, head_line: Mapping[str | None, int], parent_of: Callable[[str], str | None]
+) -> int:
+    """The steps in the lineage tree between ``version`` and the head whose :func:`ancestry` is
+    ``head_line``: up from ``version`` to where it meets the head's line, then up that line from the
+    head. A walk that never meets it (a corrupt ancestry) counts the whole of the head's line."""
+    steps, seen = 0, set()
+    while version not in head_line and version not in seen and version is not None:
+        seen.add(version)
+        version, steps = parent_of(version), steps + 1
+    return steps + head_line.get(version, len(head_line))
+
+
 def rebase_target(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
     """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
     champion = view.champion or BASE
-    version: str | None = head
-    seen: set[str] = set()
-    while version is not None and version != BASE:
-        if version == champion:
+    for version in ancestry(None if head == BASE else head, parent_of):
+        if version == (None if champion == BASE else champion):
             return None
-        if version in view.decided or version in seen:
+        if version in view.decided:
             return champion
-        seen.add(version)
-        version = parent_of(version)
-    return None if champion == BASE else champion
+    return champion  # the line never meets the champion (or its ancestry is corrupt)
 
 
 def read_gate(mlflow_url: str, registered_model: str) -> GateView:
