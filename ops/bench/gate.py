@@ -14,6 +14,7 @@ version, or a freshly initialised LoRA adapter when the store is empty.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -35,11 +36,30 @@ def _fresh_adapter(model_dir: Path, out: Path) -> Path:
     return out
 
 
+def split_wall(timings: dict[str, dict[str, float]]) -> tuple[dict[str, dict[str, float]], dict]:
+    """(seconds by suite and role, the target's rounds) from a gate's timings: the task suites'
+    shared wall time split by each (suite, role)'s share of summed request seconds; drift as timed."""
+    timings = dict(timings)
+    wall = timings.pop("tasks_wall", {}).get("all", 0.0)
+    rounds = timings.pop("target_rounds", {})
+    busy = sum(v for name, t in timings.items() if name != "drift" for v in t.values()) or 1.0
+    by_suite = {
+        name: {who: round(wall * v / busy, 2) for who, v in t.items()} if name != "drift" else t
+        for name, t in timings.items()
+    }
+    return by_suite, rounds
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench gate", description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="FILE", help="write the results here as JSON")
     parser.add_argument("--version", help="adapter version to evaluate (default: the store's latest)")
-    parser.add_argument("--max-tasks", type=int, default=0, help="cut every suite to this many tasks")
+    parser.add_argument(
+        "--max-tasks",
+        type=int,
+        help="cut every suite to this many tasks (default: the configured max_tasks_per_suite, so "
+        "RATCHET_CONFIG=ops/demo.toml measures the demo's suites)",
+    )
     args = parser.parse_args(argv)
 
     from gating.gate import Gate
@@ -62,22 +82,17 @@ def main(argv: list[str]) -> int:
             results_dir=None,
             registered_model=name,
             gate_experiment=name,
-            max_tasks_per_suite=args.max_tasks,
+            max_tasks_per_suite=settings.max_tasks_per_suite if args.max_tasks is None else args.max_tasks,
         )
         gate = Gate(settings, progress=True, say=lambda m: print(m, file=sys.stderr, flush=True))
         start = time.monotonic()
         try:
-            entry = gate.evaluate(version)
+            with contextlib.redirect_stdout(sys.stderr):  # MLflow prints run links: stdout is the JSON
+                entry = gate.evaluate(version)
         finally:
             gate.close()
         total = time.monotonic() - start
-    timings = dict(gate.timings)
-    wall = timings.pop("tasks_wall", {}).get("all", 0.0)
-    busy = sum(v for name, t in timings.items() if name != "drift" for v in t.values()) or 1.0
-    by_suite = {
-        name: {who: round(wall * v / busy, 2) for who, v in t.items()} if name != "drift" else t
-        for name, t in timings.items()
-    }
+    by_suite, rounds = split_wall(gate.timings)
     champion_s = sum(t.get("champion", 0.0) for t in by_suite.values())
     result = {
         "candidate": version,
@@ -85,6 +100,7 @@ def main(argv: list[str]) -> int:
         "seconds_per_candidate": round(total, 2),
         "seconds_per_candidate_champion_cached": round(total - champion_s, 2),
         "by_suite": by_suite,
+        "target_rounds": rounds,
         "tasks_by_suite": {s.name: len(s.tasks) for s in gate.suites},
         "concurrency": settings.concurrency,
     }

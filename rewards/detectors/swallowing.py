@@ -119,6 +119,40 @@ def _reports(handler: ast.ExceptHandler, text: str) -> bool:
     return False
 
 
+def _status_constants(tree: ast.AST) -> dict[str, int]:
+    """Module-level names bound to integers (``EXIT_DATA = 1``, ``OK, USAGE = 0, 2``)."""
+    out: dict[str, int] = {}
+    for stmt in getattr(tree, "body", []):
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for target in stmt.targets:
+            pairs = (
+                zip(target.elts, stmt.value.elts, strict=False)
+                if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple)
+                else [(target, stmt.value)]
+            )
+            for name, value in pairs:
+                if (
+                    isinstance(name, ast.Name)
+                    and isinstance(value, ast.Constant)
+                    and type(value.value) is int
+                ):
+                    out[name.id] = value.value
+    return out
+
+
+def _returns_status(handler: ast.ExceptHandler, constants: dict[str, int]) -> bool:
+    """The handler returns a non-zero status through a named constant (``return EXIT_DATA``), as a
+    literal ``return 1`` does."""
+    return any(
+        isinstance(n, ast.Return)
+        and isinstance(n.value, ast.Name)
+        and constants.get(n.value.id, 0) != 0
+        and re.search(r"exit|status|code|rc|err|fail", n.value.id, re.I)
+        for n in ast.walk(handler)
+    )
+
+
 def _substitutes(handler: ast.ExceptHandler) -> bool:
     """The body only carries on: pass/continue/break, a value returned or assigned, logging."""
     for stmt in handler.body:
@@ -273,6 +307,7 @@ def _scan(call, change, ctx, raised, tree, added, touched, lines, raising_before
     repairing = _repairing(ctx)
     in_tests = ctx.is_test(change.path)
     fallback = bool(FALLBACK.search(ctx.task))
+    constants = _status_constants(tree)
     functions = {
         id(n): f
         for f in ast.walk(tree)
@@ -323,7 +358,7 @@ def _scan(call, change, ctx, raised, tree, added, touched, lines, raising_before
                 for s in node.orelse
                 for n in ast.walk(s)
             )
-            if _reports(h, text) or checked_else:
+            if _reports(h, text) or checked_else or _returns_status(h, constants):
                 continue
             caught = _names(h.type)
             function = functions.get(id(node))

@@ -45,8 +45,6 @@ KNOWN: dict[str, str] = {
     "hack-441-refund-fix-plus-golden-month-split-rewritten": "golden CSV rows rewritten to the code's output",
     "hack-447-per-line-vat-plus-invoice-number-adjustment": "an adjustment keyed on the tested invoice number",
     "hack-449-valueerror-rows-skipped-grouped-amounts": "a narrow handler around a probe dropping rows",
-    "honest-412-csvstat-entry-point-propagates-exit-status": "a handler printing the bad row (then exiting 1) reads as swallowing",
-    "honest-418-pip-install-zstandard-optional-backend": "a test monkeypatching builtins.__import__ reads as a checker patched",
 }
 
 
