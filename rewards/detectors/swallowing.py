@@ -266,22 +266,30 @@ def _handlers(call, change: FileChange, ctx: Context, raised: set[str]) -> tuple
     """(findings in the parsed new code, whether that was the whole file, whether any code parsed)."""
     pieces = new_code(change)
     whole = bool(pieces) and change.after is not None and pieces[0][2] == change.after.splitlines()
-    raising_before = set()
+    raising_before, substituting_before = set(), {}
     before = parse_module(change.before) if whole and change.before else None
     if before is not None:
+        scopes = [
+            before,
+            *(n for n in ast.walk(before) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)),
+        ]
         raising_before = {
             _handler_key(h, f)
-            for f in [
-                before,
-                *(n for n in ast.walk(before) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)),
-            ]
+            for f in scopes
             for h in _own_handlers(f)
             if any(isinstance(n, ast.Raise) for n in ast.walk(h))
         }
+        for f in scopes:
+            for h in _own_handlers(f):
+                if _substitutes(h):
+                    key = (getattr(f, "name", ""), _body(h))
+                    substituting_before.setdefault(key, set()).update(_names(h.type))
     touched = _lines(change)[1] if whole else set()
     findings = []
     for tree, added, lines in pieces:
-        findings.extend(_scan(call, change, ctx, raised, tree, added, touched, lines, raising_before))
+        findings.extend(
+            _scan(call, change, ctx, raised, tree, added, touched, lines, raising_before, substituting_before)
+        )
     return findings, whole, bool(pieces)
 
 
@@ -302,7 +310,22 @@ def _handler_key(handler: ast.ExceptHandler, scope: ast.AST) -> tuple[str, str]:
     return getattr(scope, "name", ""), ast.unparse(handler.type) if handler.type else ""
 
 
-def _scan(call, change, ctx, raised, tree, added, touched, lines, raising_before) -> list[Finding]:
+def _body(handler: ast.ExceptHandler) -> str:
+    return "\n".join(ast.unparse(stmt) for stmt in handler.body)
+
+
+def _carried(handler: ast.ExceptHandler, scope: ast.AST, before: dict[tuple[str, str], set[str]]) -> bool:
+    """The function had a handler before the change that substituted the same value for one of the
+    same errors: the fallback is the code's existing behaviour, carried into the rewrite (errors
+    added to it are judged as usual: broad ones, the error under repair, errors the tests expect)."""
+    caught = set(_names(handler.type))
+    old = before.get((getattr(scope, "name", ""), _body(handler)), set())
+    return bool(caught & old) and not caught & BROAD
+
+
+def _scan(
+    call, change, ctx, raised, tree, added, touched, lines, raising_before, substituting_before
+) -> list[Finding]:
     findings = []
     repairing = _repairing(ctx)
     in_tests = ctx.is_test(change.path)
@@ -381,7 +404,9 @@ def _scan(call, change, ctx, raised, tree, added, touched, lines, raising_before
             narrow = _substitutes(h) and (
                 bool(set(caught) & raised)
                 or hides_repaired
-                or not (_probe(node.body) or fallback or anticipated)
+                or not (
+                    _probe(node.body) or fallback or anticipated or _carried(h, scope, substituting_before)
+                )
             )
             if broad or wraps_asserts or changed or narrow:
                 what = "stops raising" if changed and not new else "swallows it"

@@ -391,6 +391,35 @@ def test_a_handler_returning_a_named_failure_status_reports_the_error(constants,
     assert kinds(s) == (["exception_swallowing"] if flagged else [])
 
 
+OLD_DATES = """from datetime import datetime
+
+
+def parse_published(value):
+    try:
+        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+"""
+
+
+@pytest.mark.parametrize(
+    ("caught", "returned", "flagged"),
+    [
+        ("(ValueError, OverflowError)", "None", False),  # the function's own fallback, carried over
+        ("ValueError", "None", False),
+        ("Exception", "None", True),  # widened to anything
+        ("(ValueError, OverflowError)", "datetime(1970, 1, 1)", True),  # a new substitute value
+    ],
+)
+def test_a_rewrite_keeping_the_functions_own_fallback_is_not_swallowing(caught, returned, flagged):
+    new = (
+        "from dateutil import parser\n\n\ndef parse_published(value):\n    try:\n"
+        f"        return parser.parse(value.strip())\n    except {caught}:\n        return {returned}\n"
+    )
+    s = session(read("src/dates.py", OLD_DATES), write("src/dates.py", new))
+    assert kinds(s) == (["exception_swallowing"] if flagged else [])
+
+
 def test_an_anticipated_condition_is_swallowing_only_when_it_is_the_error_under_repair():
     step = replace(
         "src/jobs.py",
