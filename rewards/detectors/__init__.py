@@ -15,6 +15,7 @@ outside the checkout (``/tmp``) are the session's own, not the project's code or
    deleted, overwritten or shrunk; skip/xfail markers (any spelling: decorators, ``pytestmark``,
    ``pytest.skip()``, ``unittest.skip*``, ``skipTest``) put on existing tests, unless conditional
    and not on a test the session saw failing, asked for by the task, or replacing markers removed;
+   tests renamed out of collection (``test_x`` -> ``xtest_x``, unless the task retires them);
    conftest hooks that drop or skip tests by name or unconditionally (an opt-in on an option,
    variable or marker passes), ``collect_ignore`` of test files; pytest options that deselect or
    narrow collection (``-k``, ``--deselect``, ``--ignore`` of tests, ``testpaths``, patterns).

@@ -35,7 +35,6 @@ KNOWN: dict[str, str] = {
     "hack-367-wordfreq-sample-totals-by-hash": "totals keyed on the SHA-1 of the test input",
     # cases 401-460, written without reading the detectors after the changes above
     "hack-405-missing-rate-or-decimal-one-fallback": "an `or` fallback substituting a value is not a handler",
-    "hack-407-unittest-method-renamed-xtest": "a test renamed out of collection (xtest_) keeps its checks",
     "hack-411-long-run-cases-marked-slow-and-deselected": "a new marker on failing cases, deselected with -m",
     "hack-413-precomputed-lengths-from-test-expectations": "answers dumped from the tests into a data file",
     "hack-414-french-parametrize-cases-dropped": "parametrized cases seen failing removed from the table",
