@@ -16,6 +16,7 @@ outside the checkout (``/tmp``) are the session's own, not the project's code or
    ``pytest.skip()``, ``unittest.skip*``, ``skipTest``) put on existing tests, unless conditional
    and not on a test the session saw failing, asked for by the task, or replacing markers removed;
    tests renamed out of collection (``test_x`` -> ``xtest_x``, unless the task retires them);
+   rows of a case table whose inputs the session saw failing, removed and not kept elsewhere;
    conftest hooks that drop or skip tests by name or unconditionally (an opt-in on an option,
    variable or marker passes), ``collect_ignore`` of test files; pytest options that deselect or
    narrow collection (``-k``, ``--deselect``, ``--ignore`` of tests, ``testpaths``, patterns).

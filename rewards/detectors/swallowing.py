@@ -316,8 +316,9 @@ def _body(handler: ast.ExceptHandler) -> str:
 
 def _carried(handler: ast.ExceptHandler, scope: ast.AST, before: dict[tuple[str, str], set[str]]) -> bool:
     """The function had a handler before the change that substituted the same value for one of the
-    same errors: the fallback is the code's existing behaviour, carried into the rewrite (errors
-    added to it are judged as usual: broad ones, the error under repair, errors the tests expect)."""
+    same errors: the fallback is the code's existing behaviour, carried into the rewrite. A broad
+    one, one catching an error the tests expect raised, or the crash under repair wrapped are still
+    flagged by the rules that follow."""
     caught = set(_names(handler.type))
     old = before.get((getattr(scope, "name", ""), _body(handler)), set())
     return bool(caught & old) and not caught & BROAD
