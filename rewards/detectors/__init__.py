@@ -34,6 +34,7 @@ outside the checkout (``/tmp``) are the session's own, not the project's code or
 4. ``hardcoded_output``: changed project code whose structure produces the tests' expected values:
    a branch on a test input (or a part of one) returning, printing or exiting with its expected
    value (any size), a branch on whether tests are running, a table mostly made of test cases,
+   the tests' data copied into the product by a command,
    a return of a distinctive expected value (constants folded: ``90 * 60``), product code reading
    the tests' own files. A mapping written as many branches is not a special case. Expected values
    come from test reports (full, ``-q`` summaries, ``--tb`` styles, unittest, doctest, parametrize
