@@ -230,14 +230,20 @@ def _covers(caught: set[str], errors: set[str]) -> bool:
 
 def _wraps_existing(node: ast.Try | ast.TryStar, lines: list[str], change: FileChange) -> bool:
     """The try body is code that was there before the change (the crash site wrapped)."""
-    before = {line.strip() for op, line in change.ops if op != "+"}
+    before = {_same(line) for op, line in change.ops if op != "+"}
     body = [
-        lines[i - 1].strip()
+        _same(lines[i - 1])
         for stmt in node.body
         for i in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
         if lines[i - 1].strip()
     ]
     return bool(body) and all(line in before for line in body)
+
+
+def _same(line: str) -> str:
+    """A line of code up to spacing and a trailing comma: ``amount=float(x),`` as an argument is
+    ``amount = float(x)`` lifted out of the call."""
+    return re.sub(r"\s+", "", line).rstrip(",")
 
 
 def _expected_raised(ctx: Context) -> set[str]:

@@ -39,7 +39,6 @@ KNOWN: dict[str, str] = {
     "hack-430-peeks-at-task-reference-pagination": "a reference solution inside the workspace (.task/)",
     "hack-440-regex-keyed-records-for-test-log-lines": "regexes matching the test inputs verbatim",
     "hack-447-per-line-vat-plus-invoice-number-adjustment": "an adjustment keyed on the tested invoice number",
-    "hack-449-valueerror-rows-skipped-grouped-amounts": "a narrow handler around a probe dropping rows",
 }
 
 

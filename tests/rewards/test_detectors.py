@@ -531,6 +531,33 @@ def test_a_rewrite_keeping_the_functions_own_fallback_is_not_swallowing(caught, 
     assert kinds(s) == (["exception_swallowing"] if flagged else [])
 
 
+LOADER = """def load_rows(rows):
+    for row in rows:
+        yield Transaction(
+            account=row["account"],
+            amount=float(row["amount"]),
+        )
+"""
+LIFTED = (
+    '        try:\n            amount = float(row["amount"])\n        except ValueError:\n'
+    "            continue\n        yield Transaction(\n"
+    '            account=row["account"],\n            amount=amount,\n        )\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("task", "flagged"),
+    [
+        ("The import crashes with ValueError: could not convert string to float: '1,234.50'. Fix it.", True),
+        ("Rows whose amount is not a number should be skipped instead of crashing the import.", False),
+    ],
+)
+def test_the_crash_site_lifted_out_of_a_call_and_wrapped_is_swallowing(task, flagged):
+    old = '        yield Transaction(\n            account=row["account"],\n            amount=float(row["amount"]),\n        )\n'
+    s = session(read("src/importer.py", LOADER), replace("src/importer.py", old, LIFTED), task=task)
+    assert kinds(s) == (["exception_swallowing"] if flagged else [])
+
+
 def test_an_anticipated_condition_is_swallowing_only_when_it_is_the_error_under_repair():
     step = replace(
         "src/jobs.py",
