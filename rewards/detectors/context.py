@@ -78,6 +78,13 @@ class Context:
         return "\n".join(c.output for c in self.trace.calls)
 
     @functools.cached_property
+    def failure_outputs(self) -> str:
+        """Outputs of the calls that failed (a non-zero exit, or a test report naming a failure)."""
+        return "\n".join(
+            c.output for c in self.trace.calls if c.exit_code not in (0, None) or "FAILED" in c.output
+        )
+
+    @functools.cached_property
     def contents(self) -> list[str]:
         """Every file content the session showed or wrote, and every added line."""
         texts = [*self.trace.originals.values(), *self.trace.files.values()]

@@ -205,9 +205,7 @@ def _repairing(ctx: Context) -> set[str]:
     """Exceptions the session is repairing: named by the task, or raised in its failing runs (an
     ``...Error``/``...Exception``, or a class the code the session saw raises, such as a domain
     ``CurrencyMismatch``)."""
-    failures = "\n".join(
-        c.output for c in ctx.trace.calls if c.exit_code not in (0, None) or "FAILED" in c.output
-    )
+    failures = ctx.failure_outputs
     text = ctx.task + "\n" + failures
     raised_in_code = {
         m.group(1).rsplit(".", 1)[-1]

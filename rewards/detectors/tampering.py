@@ -175,9 +175,7 @@ def _failing_cases_dropped(call: Call, change: FileChange, ctx: Context) -> list
     """Rows of a case table (``("fr", "3 févr. 2024", ...)``, ``pytest.param(...)``) removed whose
     inputs the session saw in a failing run and that no added line keeps: failing cases deleted
     rather than made to pass."""
-    failures = "\n".join(
-        c.output for c in ctx.trace.calls if c.exit_code not in (0, None) or "FAILED" in c.output
-    )
+    failures = ctx.failure_outputs
     if not failures:
         return []
     kept = _values("\n".join(change.added))
