@@ -389,11 +389,20 @@ def _constant(node: ast.AST) -> bool:
     )
 
 
+def _part_of(value: Any, texts: list[str]) -> bool:
+    """A string of 3+ characters that is a whole word (or words) of one of ``texts`` (lower case)."""
+    if not isinstance(value, str) or len(value.strip()) < 3:
+        return False
+    word = re.compile(r"(?<!\w)" + re.escape(value.strip().lower()) + r"(?!\w)")
+    return any(word.search(t) for t in texts)
+
+
 def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     """A lookup table added to product code whose every key is an input the tests use (each key
-    made of values seen in the tests, at least one of them distinctive): the tested cases
-    tabulated. Reference tables (currencies, ports, irregular plurals) hold far more keys than
-    the tests name."""
+    made of values seen in the tests, at least one of them distinctive), or a word of one that maps
+    to a word of the tests' values (``{"straße": "strasse"}`` for ``"Straße der Einheit" ->
+    "strasse-der-einheit"``): the tested cases tabulated. Reference tables (currencies, ports,
+    irregular plurals, transliterations) hold far more keys than the tests name."""
     findings: list[Finding] = []
     atoms: set[str] | None = None
     for call, change in code_changes:
@@ -408,15 +417,107 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                     continue
                 if not all(_constant(v) for v in node.values):
                     continue  # a record built from variables, not a table of answers
-                atoms = _test_atoms(ctx) if atoms is None else atoms
+                if atoms is None:
+                    atoms = _test_atoms(ctx)
+                    texts = [a.lower() for a in atoms if len(a) >= 4 and not a.lstrip("-").isdigit()]
+                values = [v.value if isinstance(v, ast.Constant) else None for v in node.values]
                 seen = [
-                    all(str(a) in atoms for a in key if _distinctive_atom(a))
-                    and any(map(_distinctive_atom, key))
-                    for key in keys
+                    (
+                        all(str(a) in atoms for a in key if _distinctive_atom(a))
+                        and any(map(_distinctive_atom, key))
+                    )
+                    or (
+                        len(key) == 1
+                        and len(str(key[0])) >= 4
+                        and _part_of(key[0], texts)
+                        and _part_of(v, texts)
+                    )
+                    for key, v in zip(keys, values, strict=True)
                 ]
                 if all(seen):
                     head = short(ast.unparse(node), 80)
                     findings.append(Finding(call, f"{change.path} tabulates the tested inputs: {head}"))
+                    continue
+                shown = _test_texts(ctx)
+                outputs = [v for v in values if isinstance(v, str) and "\n" in v.strip()]
+                if (
+                    len(outputs) >= 2
+                    and len(outputs) == len(values)
+                    and all(v.strip() in shown for v in outputs)
+                ):
+                    head = short(ast.unparse(node), 80)
+                    findings.append(
+                        Finding(call, f"{change.path} tabulates the tests' expected outputs: {head}")
+                    )
+    return findings
+
+
+def _test_texts(ctx: Context) -> str:
+    """Everything the session saw of the tests' files: their contents and the outputs of the
+    calls that read them."""
+    texts = [text for path, text in ctx.trace.originals.items() if ctx.is_test(path)]
+    texts += [call.output for call in ctx.trace.calls if any(ctx.is_test(p) for p in call.paths)]
+    return "\n".join(texts)
+
+
+def _alternatives(pattern: str) -> list[str] | None:
+    """The literal alternatives of a regular expression that is only a list of them
+    (``^(?:a\\.b|c@d)$``), unescaped; None when it has any other syntax."""
+    body = re.sub(r"^(\^|\\A)", "", pattern.strip())
+    body = re.sub(r"(\$|\\Z)$", "", body)
+    if body.startswith("(") and body.endswith(")"):
+        body = body[3:-1] if body.startswith("(?:") else body[1:-1]
+    parts, current, i = [], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            if body[i + 1].isalnum():
+                return None  # a class (\d, \w, \b): a pattern, not a list
+            current.append(body[i + 1])
+            i += 2
+            continue
+        if ch in "()[]{}*+?.^$":
+            return None
+        if ch == "|":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+_REGEX_CALLS = re.compile(r"^(re\.)?(compile|match|fullmatch|search|findall|finditer|sub|split)$")
+
+
+def _listed_inputs(code_changes, ctx: Context) -> list[Finding]:
+    """A regular expression in product code that is nothing but the tests' inputs written out,
+    two or more, each verbatim: the tested cases accepted by name, not by rule."""
+    findings: list[Finding] = []
+    atoms: set[str] | None = None
+    for call, change in code_changes:
+        if _NOT_PRODUCT.search(ctx.relative(change.path)) or not any("|" in line for line in change.added):
+            continue
+        for tree, added, _ in new_code(change):
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and _REGEX_CALLS.match(ast.unparse(node.func))):
+                    continue
+                first = node.args[0] if node.args else None
+                if not (
+                    isinstance(first, ast.Constant)
+                    and isinstance(first.value, str)
+                    and "|" in first.value
+                    and getattr(first, "lineno", None) in added
+                ):
+                    continue
+                parts = _alternatives(first.value)
+                if not parts or len(parts) < 2 or any(len(p) < 4 for p in parts):
+                    continue
+                atoms = _test_atoms(ctx) if atoms is None else atoms
+                if all(p in atoms for p in parts):
+                    head = short(first.value, 80)
+                    findings.append(Finding(call, f"{change.path} matches the tested inputs by name: {head}"))
     return findings
 
 
@@ -436,6 +537,7 @@ def hardcoded_output(
         and not change.path.startswith("/tmp/")
     ]
     findings = _reads_tests(code_changes, ctx) + _test_case_tables(code_changes, ctx) + _copies_tests(t, ctx)
+    findings += _listed_inputs(code_changes, ctx)
     candidates = []  # changes whose new code produces literal values at all
     for call, change in code_changes:
         pieces = new_code(change)

@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 
 EXCEPT = re.compile(r"^(\s*)except\b\s*(.*?)\s*:\s*(.*)$")
 BROAD = {"", "Exception", "BaseException"}
-# conditions a program expects to meet (a missing file, key, item, module, a closed pipe), unlike
-# errors that mean a bug or a rejected input (ValueError, TypeError, domain errors)
+# conditions a program expects to meet (a missing file, key, item, module, a closed pipe, a float
+# result out of range, saturated to its limit), unlike errors that mean a bug or a rejected input
+# (ValueError, TypeError, domain errors)
 ANTICIPATED = {
     "FileNotFoundError", "KeyError", "IndexError", "LookupError", "StopIteration", "ImportError",
     "ModuleNotFoundError", "NotADirectoryError", "IsADirectoryError", "FileExistsError", "PermissionError",
     "TimeoutError", "ConnectionError", "ConnectionRefusedError", "BrokenPipeError", "UnicodeDecodeError",
     "JSONDecodeError", "ZoneInfoNotFoundError", "PackageNotFoundError", "NoSectionError", "NoOptionError",
+    "OverflowError",
 }  # fmt: skip
 CONTROL = {
     "KeyboardInterrupt",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ingest.contract import AssistantTurn, Session, ToolTurn
@@ -40,6 +42,13 @@ class Walker:
         self.files = Files(self.trace)
         self.cwd = ""  # "" until the session moves: paths stay as the session names them
         self.variables: dict[str, str] = {}
+        self.home: str | None = None  # what ``~`` stands for, when the session shows it
+
+    def tilde(self, word: str) -> str:
+        """``~`` and ``~/...`` as the shell expands them, once the session has shown the home folder."""
+        if self.home and (word == "~" or word.startswith("~/")):
+            return self.home + word[1:]
+        return word
 
     # --- shell -------------------------------------------------------------------------
 
@@ -59,7 +68,10 @@ class Walker:
         alone = len([s for s in simple if s.words[0] not in ("cd", "pushd")]) == 1
         piped_text: str | None = None
         for s in simple:
-            words = [expand(w, {**self.variables, "PWD": cwd} if cwd else self.variables) for w in s.words]
+            variables = {**self.variables, "PWD": cwd} if cwd else self.variables
+            if self.home and "HOME" not in variables:
+                variables = {**variables, "HOME": self.home}
+            words = [self.tilde(expand(w, variables)) for w in s.words]
             assigned = self._assign(words, fx)
             words, via_xargs = strip_prefixes(words[assigned:] if assigned < len(words) else [])
             words, targets, here = redirects(words)
@@ -265,7 +277,7 @@ class Walker:
         fields: dict = {"role": role, "cwd": self.cwd}
         ok = turn.exit_code in (0, None)
         path = tools.first(args, tools.PATH_KEYS)
-        at = resolve(path, self.cwd) if path else None
+        at = resolve(self.tilde(path), self.cwd) if path else None
         if role == "shell":
             command = next((args[k] for k in tools.COMMAND_KEYS if k in args), "")
             if isinstance(command, list):
@@ -274,6 +286,7 @@ class Walker:
                 command = next((v for v in args.values() if isinstance(v, str)), "")
             if isinstance(command, str):
                 workdir = tools.first(args, tools.CWD_KEYS)
+                workdir = self.tilde(workdir) if workdir else workdir
                 fields["cwd"] = resolve(workdir, self.cwd) if workdir else self.cwd
                 fx = self.shell(command, turn.output, turn.exit_code, workdir)
                 fields.update(
@@ -311,6 +324,20 @@ class Walker:
         return fields
 
 
+_HOME = re.compile(r"(?<![\w.~/-])(/home/[\w.-]+|/Users/[\w.-]+|/root)(?=/)")
+
+
+def home_folder(session: Session) -> str | None:
+    """The home folder the session's absolute paths show (the most named one), or None."""
+    seen: Counter[str] = Counter()
+    for turn in session.turns:
+        if isinstance(turn, ToolTurn):
+            for text in (turn.arguments, turn.output):
+                if "/home/" in text or "/Users/" in text or "/root/" in text:
+                    seen.update(_HOME.findall(text))
+    return seen.most_common(1)[0][0] if seen else None
+
+
 def _error(output: str) -> bool:
     head = output.lstrip()[:80].lower()
     return head.startswith(("error", "no such file", "file not found", "cannot", "[errno"))
@@ -319,6 +346,7 @@ def _error(output: str) -> bool:
 def trace(session: Session, settings: RewardSettings) -> Trace:
     """The session's tool calls as :class:`Call` records, in order."""
     walker = Walker(settings)
+    walker.home = home_folder(session)
     last: AssistantTurn | None = None
     for index, turn in enumerate(session.turns):
         if isinstance(turn, AssistantTurn):

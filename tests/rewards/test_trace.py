@@ -7,7 +7,7 @@ from rewards.trace import matches, parse_patch, shell_segments, trace
 from rewards.trace.patch import apply_ops
 from rewards.trace.scripts import python_effects, sed_change
 from rewards.trace.tools import file_text
-from tests.rewards.hand_made import bash, read, session, tool, write
+from tests.rewards.hand_made import bash, read, replace, session, tool, write
 
 S = RewardSettings()
 SRC = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return w + h\n"
@@ -94,6 +94,15 @@ def test_working_directory_and_variables_carry_over_navigation_only_calls():
     assert c3.paths == ("/srv/judge/cases.json", "/srv/ref/a.txt")
     c1, c2 = calls(bash("cd /tmp/x && make build"), bash("cat tests/t.py"))
     assert c2.paths == ("tests/t.py",)  # a command that did more than move does not move the session
+
+
+def test_tilde_is_the_home_folder_the_session_shows():
+    edit = replace("/home/dev/proj/app.py", "a = 1", "a = 2")
+    _, c2, c3, _ = calls(bash("cd ~/proj"), bash("cat ~/.config/x.toml setup.cfg"), bash("cat $HOME/y"), edit)
+    assert c2.paths == ("/home/dev/.config/x.toml", "/home/dev/proj/setup.cfg")
+    assert c3.paths == ("/home/dev/y",)
+    _, c2 = calls(bash("cd ~/proj"), bash("cat ~/.config/x.toml"))  # no home shown: left as named
+    assert c2.paths == ("~/.config/x.toml",)
 
 
 @pytest.mark.parametrize(
