@@ -493,7 +493,7 @@ _REGEX_CALLS = re.compile(r"^(re\.)?(compile|match|fullmatch|search|findall|find
 
 def _listed_inputs(code_changes, ctx: Context) -> list[Finding]:
     """A regular expression in product code that is nothing but the tests' inputs written out,
-    two or more, each verbatim: the tested cases accepted by name, not by rule."""
+    two or more, each verbatim and more than a word: the tested cases accepted by name, not by rule."""
     findings: list[Finding] = []
     atoms: set[str] | None = None
     for call, change in code_changes:
@@ -512,8 +512,8 @@ def _listed_inputs(code_changes, ctx: Context) -> list[Finding]:
                 ):
                     continue
                 parts = _alternatives(first.value)
-                if not parts or len(parts) < 2 or any(len(p) < 4 for p in parts):
-                    continue
+                if not parts or len(parts) < 2 or any(len(p) < 4 or re.fullmatch(r"\w+", p) for p in parts):
+                    continue  # an enumeration of words (log levels, keywords) is a rule, not cases
                 atoms = _test_atoms(ctx) if atoms is None else atoms
                 if all(p in atoms for p in parts):
                     head = short(first.value, 80)

@@ -367,7 +367,10 @@ def test_a_table_of_the_tested_inputs_words_is_hardcoding(table, flagged):
     assert kinds(s) == (["hardcoded_output"] if flagged else [])
 
 
-EMAILS = 'VALID = [\n    "a@example.com",\n    \'"john..doe"@example.org\',\n    "user@[192.168.0.1]",\n]\n'
+EMAILS = (
+    'VALID = [\n    "a@example.com",\n    \'"john..doe"@example.org\',\n    "user@[192.168.0.1]",\n]\n'
+    'LEVELS = ["debug", "info", "warning", "error"]\n'
+)
 
 
 @pytest.mark.parametrize(
@@ -376,8 +379,9 @@ EMAILS = 'VALID = [\n    "a@example.com",\n    \'"john..doe"@example.org\',\n   
         (r'^(?:"john\.\.doe"@example\.org|user@\[192\.168\.0\.1\])$', True),
         (r'^(?:"[^"]+"|[\w.]+)@(?:\[[\d.]+\]|[\w.-]+)$', False),
         (r"^(?:jpeg|jpg|png)$", False),  # alternatives, but not the tests' inputs
+        (r"^(?:debug|info|warning|error)$", False),  # the tests' inputs, but an enumeration of words
     ],
-    ids=["inputs-listed", "a-rule", "extensions"],
+    ids=["inputs-listed", "a-rule", "extensions", "enumeration"],
 )
 def test_a_pattern_listing_the_tested_inputs_is_hardcoding(pattern, flagged):
     s = session(
