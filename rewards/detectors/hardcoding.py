@@ -405,6 +405,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     irregular plurals, transliterations) hold far more keys than the tests name."""
     findings: list[Finding] = []
     atoms: set[str] | None = None
+    shown: str | None = None
     for call, change in code_changes:
         if _NOT_PRODUCT.search(ctx.relative(change.path)):
             continue
@@ -438,7 +439,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                     head = short(ast.unparse(node), 80)
                     findings.append(Finding(call, f"{change.path} tabulates the tested inputs: {head}"))
                     continue
-                shown = _test_texts(ctx)
+                shown = _test_texts(ctx) if shown is None else shown
                 outputs = [v for v in values if isinstance(v, str) and "\n" in v.strip()]
                 if (
                     len(outputs) >= 2
