@@ -16,6 +16,12 @@ optimizer state it had when it published that version, and keeps the data it
 has not trained on yet. A head whose ancestry never meets the champion (the
 champion came from elsewhere) rebases too. The base model is the champion
 when there is none, and every line meets it.
+
+A promotion is written in steps: the gate tags the version with its decision,
+then moves the alias. A reader between the two sees a promoted version below
+the champion's alias on the head's line, exactly as after a rollback. Such a
+departure (:func:`awaits_confirmation`) is acted on only when a later read
+still shows it; a rejection, or a champion off the line, is acted on at once.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from learner.store import BASE  # the head (or champion) when it is the base mod
 class GateView:
     champion: str | None  # None: the base model
     decided: frozenset[str]  # versions the gate (or a reviewer) has decided on
+    promoted: frozenset[str] = frozenset()  # ... of them, those whose decision was to promote
 
 
 def ancestry(version: str | None, parent_of: Callable[[str], str | None]) -> dict[str | None, int]:
@@ -58,15 +65,32 @@ def distance(
     return steps + head_line.get(version, len(head_line))
 
 
-def rebase_target(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
-    """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
-    champion = view.champion or BASE
+def departure(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
+    """The decided version where the head's line left the ratchet, ``BASE`` when the line never
+    meets the champion, or None when the line goes on (the head descends from the champion through
+    undecided versions only)."""
+    champion = None if view.champion in (None, BASE) else view.champion
     for version in ancestry(None if head == BASE else head, parent_of):
-        if version == (None if champion == BASE else champion):
+        if version == champion:
             return None
         if version in view.decided:
-            return champion
-    return champion  # the line never meets the champion (or its ancestry is corrupt)
+            return version
+    return BASE  # the line never meets the champion (or its ancestry is corrupt)
+
+
+def rebase_target(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
+    """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
+    return None if departure(head, parent_of, view) is None else view.champion or BASE
+
+
+def awaits_confirmation(head: str, parent_of: Callable[[str], str | None], view: GateView) -> bool:
+    """Whether the line's departure may be a promotion caught half-written: the version it left at
+    was promoted and descends from the champion (its alias not moved yet, or a rollback)."""
+    left_at = departure(head, parent_of, view)
+    if left_at is None or left_at not in view.promoted:
+        return False
+    champion = None if view.champion in (None, BASE) else view.champion
+    return champion in ancestry(left_at, parent_of)
 
 
 def read_gate(mlflow_url: str, registered_model: str) -> GateView:
@@ -86,5 +110,7 @@ def read_gate(mlflow_url: str, registered_model: str) -> GateView:
                 return GateView(None, frozenset())
             raise
     found = client.search_model_versions(f"name = '{registered_model}'")
-    decided = frozenset(v.tags[TAG] for v in found if v.tags.get("gate.decision") and v.tags.get(TAG))
-    return GateView(champion, decided)
+    decided = {
+        v.tags[TAG]: v.tags["gate.decision"] for v in found if v.tags.get("gate.decision") and v.tags.get(TAG)
+    }
+    return GateView(champion, frozenset(decided), frozenset(v for v, d in decided.items() if d == "promote"))

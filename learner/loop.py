@@ -49,7 +49,7 @@ from learner.batching import Limits, Outcome, Plan, collate, looks_stale, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
-from learner.lineage import GateView, read_gate, rebase_target
+from learner.lineage import GateView, awaits_confirmation, departure, read_gate, rebase_target
 from learner.publishing import Publisher, optimizer_snapshot
 from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings
@@ -147,6 +147,7 @@ class Learner:
         self._followed_at = -float("inf")
         self._parents: dict[str, str | None] = {}  # each published version's parent (None: the base model)
         self._follow_failing = False
+        self._unconfirmed: tuple[str, str | None] | None = None  # (head, version left at) awaiting a re-read
         if ckpt is not None:
             where = f"resumed from checkpoint {ckpt.state.checkpoint}"
         else:
@@ -353,9 +354,22 @@ class Learner:
         self.follow_view(view)
 
     def follow_view(self, view: GateView) -> None:
-        target = rebase_target(self.state.head, self.parent_of, view)
-        if target is not None:
-            self.rebase(target)
+        """Rebase when ``view`` shows the line left; a departure that may be a promotion half-written
+        (:func:`learner.lineage.awaits_confirmation`) only when the next read shows it again."""
+        head = self.state.head
+        target = rebase_target(head, self.parent_of, view)
+        if target is None:
+            self._unconfirmed = None
+            return
+        seen = (head, departure(head, self.parent_of, view))
+        if awaits_confirmation(head, self.parent_of, view) and self._unconfirmed != seen:
+            self._unconfirmed = seen
+            self.progress(
+                f"the gate promoted {seen[1]} but the champion is {target}: confirming on the next read"
+            )
+            return
+        self._unconfirmed = None
+        self.rebase(target)
 
     def parent_of(self, version: str) -> str | None:
         try:

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from ingest import topics
 from learner import checkpoint
 from learner.checkpoint import Ledger
-from learner.lineage import BASE, GateView, rebase_target
+from learner.lineage import BASE, GateView, awaits_confirmation, rebase_target
 from learner.loop import Learner
 from learner.store import AdapterStore
 from tests.learner.conftest import produce, rewarded, tiny_settings
@@ -47,6 +47,25 @@ def test_a_champion_off_the_line_is_joined():
     assert rebase_target("v1", loop.get, GateView("v7", frozenset())) == "v7"
 
 
+def test_a_promotion_half_written_awaits_confirmation_a_rejection_does_not():
+    """The gate tags a promoted version before it moves the alias: a reader in between sees the
+    version promoted below the champion's alias on the head's line, as after a rollback."""
+
+    def view(champion: str | None, decided: set[str], promoted: set[str]) -> GateView:
+        return GateView(champion, frozenset(decided), frozenset(promoted))
+
+    half_written = view("v1", {"v1", "v3"}, {"v1", "v3"})  # v3 promoted, the alias still on v1
+    assert rebase_target("v4", PARENTS.get, half_written) == "v1"
+    assert awaits_confirmation("v4", PARENTS.get, half_written)
+    assert awaits_confirmation("v3", PARENTS.get, half_written)  # the head itself promoted
+    assert awaits_confirmation("v2", PARENTS.get, view(None, {"v1"}, {"v1"}))  # the first promotion
+    assert not awaits_confirmation("v4", PARENTS.get, view("v1", {"v1", "v3"}, {"v1"}))  # v3 rejected
+    assert not awaits_confirmation("v4", PARENTS.get, view("v3", {"v3"}, {"v3"}))  # the line goes on
+    off_line = {"v1": None, "v2": None, "v3": "v1"}  # champion v2 of another line, v1 promoted earlier
+    assert not awaits_confirmation("v3", off_line.get, view("v2", {"v1", "v2"}, {"v1", "v2"}))
+    assert rebase_target("v3", off_line.get, view("v2", {"v1", "v2"}, {"v1", "v2"})) == "v2"
+
+
 def adapter_weights(folder) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "adapter_model.safetensors"))
 
@@ -75,7 +94,10 @@ def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
 
         learner.follow_view(GateView("v1", frozenset({"v1"})))  # v1 champion, v2 undecided: go on
         assert learner.state.head == "v2" and learner.state.rebases == 0
-        learner.follow_view(GateView("v1", frozenset({"v1", "v2"})))
+        learner.follow_view(GateView("v1", frozenset({"v1", "v2"}), frozenset({"v1", "v2"})))
+        assert learner.state.head == "v2" and learner.state.rebases == 0  # v2 promoted, alias not moved yet
+        rejected = GateView("v1", frozenset({"v1", "v2"}), frozenset({"v1"}))  # v2 rejected: at once
+        learner.follow_view(rejected)
         assert learner.state.head == "v1" and learner.state.rebases == 1
         now, wanted = policy_weights(learner), adapter_weights(v1.path)
         assert set(now) == set(wanted)
@@ -95,7 +117,10 @@ def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
         assert v3.data_window["offsets_from"] == store.verify("v2").manifest.data_window["offsets_to"]
         assert checkpoint.latest(settings.learner_state_dir).state.rebases == 1
 
-        learner.follow_view(GateView(None, frozenset({"v1", "v2", "v3"})))  # all rolled back to base
+        rolled_back = GateView(None, frozenset({"v1", "v2", "v3"}), frozenset({"v1", "v3"}))  # v3 to base
+        learner.follow_view(rolled_back)
+        assert learner.state.head == "v3"  # as a promotion half-written looks: confirmed on the next read
+        learner.follow_view(rolled_back)
         assert learner.state.head == BASE
         assert all(not t.any() for n, t in policy_weights(learner).items() if "lora_B" in n)
     finally:
