@@ -86,6 +86,7 @@ class LearningConfig:
     # the learner's staleness bound in versions; it publishes a version per update, so 1 keeps its data
     # at most one update behind, as near on-policy as the bare loop's (traffic outruns the learner)
     max_staleness: int = 1
+    kl_coef: float | None = None  # the learner's KL anchor weight beta; None: the learner's default
     # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
@@ -109,6 +110,7 @@ class LearningConfig:
             "RATCHET_EPOCHS_PER_BATCH": str(self.epochs),
             "RATCHET_MAX_STALENESS": str(self.max_staleness),
             "RATCHET_NEGATIVE_ADVANTAGE_WEIGHT": str(self.negative_weight),
+            **({"RATCHET_KL_COEF": str(self.kl_coef)} if self.kl_coef is not None else {}),
             "RATCHET_BATCH_SESSIONS": str(self.prompts_per_round * self.group_size),
             "RATCHET_BATCH_TOKENS": str(self.prompts_per_round * self.group_size * 1024),  # sessions decide
             "RATCHET_BATCH_WAIT_S": "60",
@@ -141,6 +143,9 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     )
     parser.add_argument(
         "--max-staleness", type=int, default=1, help="the learner's staleness bound in versions (default 1)"
+    )
+    parser.add_argument(
+        "--kl-coef", type=float, help="the learner's KL anchor weight (default: the learner's, 0.02)"
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
     parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")
@@ -178,6 +183,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         arms=ARMS if args.arm == "both" else (args.arm,),
         negative_weight=args.negative_weight,
         max_staleness=args.max_staleness,
+        kl_coef=args.kl_coef,
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
         sim_concurrency=max(0, args.sim_concurrency),

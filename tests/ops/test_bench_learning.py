@@ -144,6 +144,9 @@ def test_learner_env_carries_the_recipe_and_the_negative_weight():
     assert env["RATCHET_LORA_TARGETS"] == "q_proj,k_proj,v_proj,o_proj"
     assert env["RATCHET_PUBLISH_EVERY_UPDATES"] == "1"
     assert all(key.startswith("RATCHET_") for key in env)
+    assert "RATCHET_KL_COEF" not in env  # the learner's own default
+    config, _ = parse_args(["--kl-coef", "0"])
+    assert config.learner_env(seed=0)["RATCHET_KL_COEF"] == "0.0"
 
 
 @pytest.mark.parametrize("family", ["calculator", "honeypot"])
