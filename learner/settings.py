@@ -61,6 +61,9 @@ class LearnerSettings:
     eps_low: float = ObjectiveParams.eps_low  # lower clip of the staleness ratio: 1 - eps_low
     eps_high: float = ObjectiveParams.eps_high  # upper clip of the staleness ratio: 1 + eps_high
     kl_coef: float = ObjectiveParams.kl_coef  # beta: weight of the KL anchor to the base model
+    # the exact KL anchor runs the base model only on this fraction of the rows served by an adapter
+    # (drawn per micro-batch, each counted 1/fraction times: an unbiased estimate; 1: every row)
+    kl_row_fraction: float = 0.25
     max_staleness: int = 4  # K: sessions served more than K versions from the learner's head are dropped
     max_staleness_s: float = 3600.0  # ... and sessions recorded longer ago than this (seconds)
     # advantages
@@ -91,6 +94,10 @@ class LearnerSettings:
     learner_health_host: str = "127.0.0.1"  # bind address of GET /health and /metrics (ingest/health.py)
     learner_health_port: int = 0  # port of /health and /metrics; 0: off (the local stack sets 18310)
     learner_health_stale_s: float = 900.0  # /health answers 503 once the loop has not beaten this long
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.kl_row_fraction <= 1.0:
+            raise ValueError(f"kl_row_fraction is {self.kl_row_fraction}: it must be in (0, 1]")
 
     def objective_params(self) -> ObjectiveParams:
         return ObjectiveParams(

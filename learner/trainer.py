@@ -7,6 +7,12 @@ one no-gradient mixed-adapter forward (PEFT ``adapter_names``; ``__base__`` is
 the adapter disabled); π_θ from a forward with gradient through prompt and
 completion, whose first epoch is also the proximal policy π_prox.
 
+The KL anchor is exact over the vocabulary at every action token of the rows it
+covers: rows served by the base model (whose reference forward is the base model
+itself) and a random ``kl_row_fraction`` of the others, each of those counted
+1/fraction times, so the anchor's value and gradient are unbiased estimates of the
+whole micro-batch's at a fraction of the base-model forwards (``kl_row_weights``).
+
 Temperature: vLLM's ``processed`` logprobs are of the tempered distribution the
 tokens were drawn from, so π_train(v_old) is compared with them at that
 temperature; ``raw`` logprobs are compared at temperature 1. The ratio, the
@@ -16,7 +22,9 @@ being improved is the one that samples.
 
 from __future__ import annotations
 
+import math
 import time
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
@@ -257,10 +265,33 @@ class AdapterCache:
         self.model.set_adapter(POLICY_ADAPTER)
 
 
+def kl_row_weights(batch: Padded, fraction: float) -> torch.Tensor:
+    """Each row's weight in the KL anchor, [B]: 1 for rows served by the base model (their base
+    logits come with their reference forward); of the n others, ceil(fraction·n) drawn without
+    replacement weigh n / ceil(fraction·n) and the rest 0, so every row's expected weight is 1.
+    The draw is a function of the micro-batch's content: the same batch, after a restart, draws
+    the same rows."""
+    weights_B = torch.tensor([1.0 if v is None else 0.0 for v in batch.versions], dtype=torch.float64)
+    others = [b for b, v in enumerate(batch.versions) if v is not None]
+    if not others:
+        return weights_B
+    m = min(len(others), max(1, math.ceil(fraction * len(others) - 1e-9)))
+    if m == len(others):
+        weights_B[others] = 1.0
+        return weights_B
+    key = zlib.crc32(batch.completion_ids_B_C.numpy().tobytes())
+    key = zlib.crc32(batch.prompt_ids_B_P.numpy().tobytes(), key)
+    key = zlib.crc32("\0".join(v or "" for v in batch.versions).encode(), key)
+    order = torch.randperm(len(others), generator=torch.Generator().manual_seed(key))
+    weights_B[[others[i] for i in order[:m].tolist()]] = len(others) / m
+    return weights_B
+
+
 class Reference(NamedTuple):
     matched_B_C: torch.Tensor  # π_train(v_old) at the behaviour logprobs' temperature (not for reused rows)
-    base_N_V: torch.Tensor | None  # the base model's logits at the action tokens
+    base_N_V: torch.Tensor | None  # the base model's logits at the action tokens (zero where unweighted)
     reused_B: torch.Tensor  # rows whose π_train(v_old) is the proximal policy
+    kl_weight_B: torch.Tensor | None  # each row's weight in the KL anchor (``kl_row_weights``)
 
 
 class Trainer:
@@ -310,8 +341,8 @@ class Trainer:
 
     def reference(self, batch: Padded, with_base: bool) -> Reference:
         """π_train(v_old) matched to the behaviour logprobs' mode, [B, C], and the base model's
-        logits at the action tokens, [N, V] (when ``with_base``); no gradient, mixed-adapter
-        forwards chunk by chunk.
+        logits at the action tokens, [N, V] (when ``with_base``: of the rows ``kl_row_weights``
+        gives a weight, zero elsewhere); no gradient, mixed-adapter forwards chunk by chunk.
 
         Rows sampled by the version the trainable adapter still equals (published, or
         rebased on, and not stepped since) are left out: their π_train(v_old) is π_θ at
@@ -331,10 +362,15 @@ class Trainer:
         counts_B = batch.loss_mask_B_C.sum(1)
         starts_B = counts_B.cumsum(0) - counts_B
         base_N_V = None
+        kl_weight_B = kl_row_weights(batch, self.settings.kl_row_fraction) if with_base else None
         self.reference_rows = 0
         for chunk in self.chunks(batch):
             rows = [b for b in chunk if not reused_B[b]]
-            base_rows = [b for b in chunk if names[b] != BASE_ADAPTER] if with_base else []
+            base_rows = (
+                [b for b in chunk if names[b] != BASE_ADAPTER and float(kl_weight_B[b]) > 0]
+                if kl_weight_B is not None
+                else []
+            )
             forward = rows + base_rows
             self.reference_rows += len(forward)
             if not forward:
@@ -364,7 +400,7 @@ class Trainer:
                     base_N_V[start : start + int(counts_B[b])] = logits_R_C_V[i][batch.loss_mask_B_C[b]]
         if with_base and base_N_V is None:
             base_N_V = torch.zeros(int(counts_B.sum()), 1)  # no action token
-        return Reference(matched_B_C, base_N_V, reused_B)
+        return Reference(matched_B_C, base_N_V, reused_B, kl_weight_B)
 
     def policy_logits(self, batch: Padded, grad: bool = True) -> torch.Tensor:
         return completion_logits(self.model, batch, grad=grad)
@@ -381,11 +417,14 @@ class Trainer:
         proximal_B_C: torch.Tensor | None,
         reused_B: torch.Tensor | None = None,
         n_tokens: float | None = None,
+        kl_weight_B: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float], TokenTensors]:
         """The objective at the current parameters (with gradient), and its per-token inputs.
         ``proximal_B_C`` None: this forward is the proximal policy (the update's first epoch).
         ``reused_B``: rows whose π_train(v_old) is the proximal policy (see ``reference``).
-        ``n_tokens``: the normaliser when ``batch`` is a chunk (the whole batch's action tokens)."""
+        ``n_tokens``: the normaliser when ``batch`` is a chunk (the whole batch's action tokens).
+        ``kl_weight_B``: each row's weight in the KL anchor (None: 1 for every row); the KL is
+        computed only where it is non-zero, ``base_N_V`` still holding every action token."""
         logits_B_C_V = self.policy_logits(batch)
         logprobs_B_C = token_logprobs(logits_B_C_V, batch.completion_ids_B_C, batch.temperature_B)
         if reused_B is not None and bool(reused_B.any()):
@@ -394,10 +433,15 @@ class Trainer:
         kl_B_C = torch.zeros_like(logprobs_B_C)
         if base_N_V is not None:
             mask_B_C = batch.loss_mask_B_C
-            temperature_N = batch.temperature_B[:, None].expand_as(mask_B_C)[mask_B_C]
+            if kl_weight_B is None:
+                kl_weight_B = torch.ones(len(batch.versions), dtype=torch.float64)
+            covered_B_C = mask_B_C & (kl_weight_B > 0)[:, None]
+            covered_N = covered_B_C[mask_B_C]
+            temperature_N = batch.temperature_B[:, None].expand_as(mask_B_C)[covered_B_C]
             kl_B_C = kl_B_C.masked_scatter(
-                mask_B_C, exact_kl(logits_B_C_V[mask_B_C], base_N_V, temperature_N)
+                covered_B_C, exact_kl(logits_B_C_V[covered_B_C], base_N_V[covered_N], temperature_N)
             )
+            kl_B_C = kl_B_C * kl_weight_B.to(kl_B_C.dtype)[:, None]
         tokens = TokenTensors(
             logprobs_B_T=logprobs_B_C,
             proximal_logprobs_B_T=logprobs_B_C.detach() if proximal_B_C is None else proximal_B_C,
@@ -416,7 +460,7 @@ class Trainer:
         rows chunk by chunk (``chunks``) and sums their gradients. Returns the last step's loss
         components (over the whole micro-batch), and timings."""
         start = time.perf_counter()
-        matched_B_C, base_N_V, reused_B = self.reference(batch, with_base=params.kl_coef > 0)
+        matched_B_C, base_N_V, reused_B, kl_weight_B = self.reference(batch, with_base=params.kl_coef > 0)
         chunks = self.chunks(batch)
         counts_B = batch.loss_mask_B_C.sum(1)
         starts_B = counts_B.cumsum(0) - counts_B
@@ -441,6 +485,7 @@ class Trainer:
                     None if proximal_B_C is None else proximal_B_C[index_R],
                     reused_B[index_R],
                     n_tokens,
+                    None if kl_weight_B is None else kl_weight_B[index_R],
                 )
                 loss.backward()
                 logprobs_B_C[index_R] = tokens.logprobs_B_T.detach().to(logprobs_B_C.dtype)

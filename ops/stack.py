@@ -88,6 +88,9 @@ class StackSettings:
     vllm_max_lora_rank: int = 16  # --max-lora-rank
     vllm_max_model_len: int = 2048  # --max-model-len
     vllm_cpu_bind: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND of vLLM
+    # CPU niceness of the vLLM replicas (0-19): on a machine whose cores vLLM shares with the learner,
+    # a positive value lets the learner's updates go first and traffic take the cycles left
+    vllm_nice: int = 0
     # LoRA kernels of the CPU engine: "grouped" replaces vLLM-CPU's per-token weight gather with one
     # matrix product per adapter in the batch (ops/vllm_site: ~90x less time in LoRA on a prefill,
     # and no LoRA term on base-model tokens); "vllm": vLLM's own
@@ -105,6 +108,8 @@ class StackSettings:
             raise ValueError(f"vllm_cpu_lora: {self.vllm_cpu_lora!r} is not one of grouped, vllm")
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"topology: {self.topology!r} is not one of {', '.join(TOPOLOGIES)}")
+        if not 0 <= self.vllm_nice <= 19:
+            raise ValueError(f"vllm_nice: {self.vllm_nice} is not a niceness from 0 to 19")
 
     @property
     def production(self) -> bool:
@@ -406,6 +411,7 @@ class Stack(Supervisor):
             # 2-core machine); silence for minutes means it is stuck before it got that far.
             silent_timeout_s=min(150.0, s.vllm_start_timeout_s),
             start_attempts=2,
+            nice=s.vllm_nice,
         )
 
 

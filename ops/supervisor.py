@@ -66,6 +66,7 @@ class Component:
     # (Python components run with PYTHONFAULTHANDLER=1) and it is started again, up to start_attempts.
     silent_timeout_s: float | None = None
     start_attempts: int = 1
+    nice: int = 0  # its CPU niceness (and its children's), 0: as the stack's own
 
 
 # --- health probes -------------------------------------------------------------
@@ -212,6 +213,9 @@ class Supervisor:
         )
         log.close()
         proc = psutil.Process(popen.pid)
+        if comp.nice:
+            # before it starts its own processes (vLLM's engine, seconds later), which inherit it
+            proc.nice(min(19, os.getpriority(os.PRIO_PROCESS, 0) + comp.nice))
         record = {
             "pid": popen.pid,
             "create_time": proc.create_time(),

@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         )
     limits = Limits("v1", frozenset(store.versions()), settings.max_staleness, settings.max_row_tokens)
     # behaviour logprobs as vLLM would have returned them: π(v1) itself
-    old_B_C, _, _ = trainer.reference(
+    old_B_C, *_ = trainer.reference(
         collate(plan(sessions, {}, set(), {}, limits, settings.advantage_params()).rows), False
     )
     sessions = [

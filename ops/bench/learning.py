@@ -91,6 +91,9 @@ class LearningConfig:
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
     torch_threads: int = 1  # of the learner and the bare loop (2 threads ran 4-5x slower than 1 here)
+    # niceness of the one vLLM both arms share: the ratchet arm's learner goes first when it and the
+    # traffic want the same core (the bare arm never trains while vLLM samples, so it is not affected)
+    vllm_nice: int = 10
     eval_concurrency: int = 16
     curve: int = 0  # intermediate versions per arm also evaluated (evenly spaced), besides the final one
     bootstrap_samples: int = 2000
@@ -159,6 +162,12 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         help="ratchet arm: sessions in flight (default: prompts per round x 4, as many as a bare round)",
     )
     parser.add_argument(
+        "--vllm-nice",
+        type=int,
+        default=LearningConfig.vllm_nice,
+        help=f"CPU niceness of vLLM, 0-19 (default {LearningConfig.vllm_nice}: the learner first)",
+    )
+    parser.add_argument(
         "--curve", type=int, default=0, help="also evaluate this many intermediate versions per arm"
     )
     parser.add_argument("--work-dir", type=Path, help="state, logs and adapters (default: a new temp folder)")
@@ -178,6 +187,8 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         parser.error("--seeds and --prompts-per-round must be >= 1 and --minutes > 0")
     if sized["eval_tasks"] < 0 or sized["eval_samples"] < 0:
         parser.error("--eval-tasks and --eval-samples must be >= 0")
+    if not 0 <= args.vllm_nice <= 19:
+        parser.error("--vllm-nice must be a niceness from 0 to 19")
     config = LearningConfig(
         family=args.family,
         arms=ARMS if args.arm == "both" else (args.arm,),
@@ -187,6 +198,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
         sim_concurrency=max(0, args.sim_concurrency),
+        vllm_nice=args.vllm_nice,
         **sized,
     )
     return config, args
@@ -215,6 +227,7 @@ class Bench:
             s3_port=free_port(),
             # one core, the last: "auto" pins vLLM to core 0, where every other stack's vLLM sits too
             vllm_cpu_bind=str((os.cpu_count() or 1) - 1),
+            vllm_nice=config.vllm_nice,
         )
         self.ps = on_free_ports()
         self.arm_env: dict[str, str] = {}

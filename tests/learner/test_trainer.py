@@ -16,7 +16,13 @@ from tests.learner.conftest import rewarded
 
 @pytest.fixture
 def settings(model_dir, single_thread) -> LearnerSettings:
-    return LearnerSettings(model_dir=model_dir, lora_rank=8, lora_alpha=16, lora_targets=("q_proj", "v_proj"))
+    return LearnerSettings(
+        model_dir=model_dir,
+        lora_rank=8,
+        lora_alpha=16,
+        lora_targets=("q_proj", "v_proj"),
+        kl_row_fraction=1.0,
+    )
 
 
 def perturb(model, scale: float, seed: int) -> None:
@@ -47,7 +53,7 @@ def test_logprobs_match_a_plain_forward_for_every_adapter_version(settings, tmp_
     ]
     rows = [r for s in sessions for r in rows_of(s, 1.0)]
     batch = collate(rows)
-    matched_B_C, base_N_V, _ = trainer.reference(batch, with_base=True)
+    matched_B_C, base_N_V, _, _ = trainer.reference(batch, with_base=True)
     policy_B_C = trainer.policy_logprobs(batch, grad=False)
 
     def expected(adapter: str | None, row, temperature: float) -> torch.Tensor:
@@ -186,7 +192,7 @@ def test_vllm_processed_logprobs_match_the_trainer_at_the_sampling_temperature(s
         temperature=0.7,
     )
     batch = collate(rows_of(rs, 1.0))
-    matched_B_C, _, _ = Trainer(model, store, settings).reference(batch, with_base=False)
+    matched_B_C, _, _, _ = Trainer(model, store, settings).reference(batch, with_base=False)
     gap = (matched_B_C[0] - torch.tensor(completion.logprobs)).abs().max().item()
     assert gap < 1e-3, f"vLLM vs trainer logprob gap {gap}"
     untempered = completion_logprobs(model, prompt, completion.token_ids, 1.0)  # θ = base here, at T = 1
@@ -224,8 +230,9 @@ def test_the_epochs_of_a_micro_batch_share_one_proximal_policy(settings, tmp_pat
     assert last_epoch["clip_fraction"] > 0.0  # so the trust region binds across the epochs, not per step
 
 
-def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C) -> torch.Tensor:
-    """The same objective from a plain forward of each row (prompt + completion, no padding, no cache)."""
+def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C, kl_weight_B=None) -> torch.Tensor:
+    """The same objective from a plain forward of each row (prompt + completion, no padding, no cache);
+    ``kl_weight_B``: each row's weight in the KL anchor (None: 1)."""
     from learner.objective import TokenTensors, exact_kl, objective
 
     batch = collate(rows)
@@ -240,6 +247,8 @@ def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C) -> t
         picked_T = tempered_T_V.gather(-1, torch.tensor(row.completion_ids)[:, None])[:, 0]
         logprobs_B_C = logprobs_B_C.index_put((torch.tensor([b]), torch.arange(n)), picked_T)
         kl_T = exact_kl(logits_T_V, base_model_logits(row), torch.full((n,), row.temperature))
+        if kl_weight_B is not None:
+            kl_T = kl_T * float(kl_weight_B[b])
         kl_B_C = kl_B_C.index_put((torch.tensor([b]), torch.arange(n)), kl_T)
     tokens = TokenTensors(
         logprobs_B_T=logprobs_B_C,
@@ -253,19 +262,25 @@ def full_forward_loss(model, rows, params, base_model_logits, proximal_B_C) -> t
     return objective(tokens, params)[0]
 
 
-def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread, tmp_path):
+@pytest.mark.parametrize("kl_row_fraction", [1.0, 0.5])
+def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread, tmp_path, kl_row_fraction):
     """Gradients of the learner's loss (shared prompts run once, with gradient, through the KV cache;
     rows padded) equal those of a plain forward of every row, with LoRA on keys, values and the MLP,
-    for two-turn conversations, a task's group sharing a prompt and a row sharing nothing."""
+    for two-turn conversations, a task's group sharing a prompt and a row sharing nothing; with the
+    KL anchor on every row, and on the rows it draws (half of those served by a version, weighted 2)."""
     settings = LearnerSettings(
         model_dir=model_dir,
         lora_rank=4,
         lora_alpha=8,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        kl_row_fraction=kl_row_fraction,
     )
     model = load_policy(settings).double()  # float64: what is compared is the maths, not rounding
     perturb(model, 0.02, seed=7)  # a non-zero B: the adapter changes the prompt's keys and values
-    trainer = Trainer(model, AdapterStore(tmp_path / "store"), settings)
+    store = AdapterStore(tmp_path / "store")
+    model.save_pretrained(tmp_path / "v", selected_adapters=[POLICY_ADAPTER])
+    served = store.publish(tmp_path / "v", "smollm2").version
+    trainer = Trainer(model, store, settings)
     turn_1 = ([1, 9690, 198, 2683, 359], [504, 314, 28])
     turn_2 = (turn_1[0] + turn_1[1] + [2, 198, 1345], [260, 17, 2])  # the first turn is its prompt
     group = [1, 9690, 198, 28, 905]
@@ -286,17 +301,26 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
         with torch.no_grad():
             behaviour = completion_logprobs(model, prompt, completion, temperature).tolist()
         session = rewarded(
-            f"g{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour, temperature=temperature
-        )
+            f"g{i}", 1.0, prompt=prompt, completion=completion, behaviour=behaviour, temperature=temperature,
+            version=served if i in (1, 2, 4, 5) else None,
+        )  # fmt: skip
         rows += rows_of(session, advantage)
     assert [r.temperature for r in rows] == [t for _, _, t in specs]
     params = dataclasses.replace(settings.objective_params(), kl_coef=0.5)
     batch = collate(rows)
 
-    _, base_N_V, _ = trainer.reference(batch, with_base=True)
+    _, base_N_V, _, kl_weight_B = trainer.reference(batch, with_base=True)
+    by_version = kl_weight_B[[1, 2, 4, 5]]
+    assert kl_weight_B[[0, 3, 6]].tolist() == [1.0, 1.0, 1.0]  # served by the base model: always
+    if kl_row_fraction == 1.0:
+        assert by_version.tolist() == [1.0] * 4
+    else:
+        assert sorted(by_version.tolist()) == [0.0, 0.0, 2.0, 2.0]
+    # every row runs under the version that served it (7), and under the base model only if drawn
+    assert trainer.reference_rows == 7 + int((by_version > 0).sum())
     # the same constants on both sides (π_prox = μ: weight 1, ratio e^{log π_θ − log μ})
     behaviour_B_C = batch.behaviour_logprobs_B_C
-    loss, _, _ = trainer.loss(batch, params, behaviour_B_C, base_N_V, behaviour_B_C)
+    loss, _, _ = trainer.loss(batch, params, behaviour_B_C, base_N_V, behaviour_B_C, kl_weight_B=kl_weight_B)
     loss.backward()
     cached = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
     model.zero_grad(set_to_none=True)
@@ -307,7 +331,7 @@ def test_parameter_gradients_equal_a_plain_full_forward(model_dir, single_thread
         start = len(row.prompt_ids) - 1
         return logits[start : start + len(row.completion_ids)]
 
-    plain = full_forward_loss(model, rows, params, base_model_logits, behaviour_B_C)
+    plain = full_forward_loss(model, rows, params, base_model_logits, behaviour_B_C, kl_weight_B)
     assert plain.item() == pytest.approx(loss.item(), rel=1e-5)
     plain.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
@@ -432,3 +456,32 @@ def test_chunks_keep_rows_sharing_a_head_together_within_the_budget(settings, tm
     batch = collate([r for s in sessions for r in rows_of(s, 1.0)])
     # each task: its head once (19) + 3 x (last prompt token + 3 completion tokens) = 31 positions
     assert trainer.chunks(batch) == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_kl_rows_are_drawn_evenly_and_weighted_to_an_unbiased_total():
+    """Of the rows served by a version, ceil(fraction x n) are drawn, each weighing n / that, so the
+    weights sum to n in every micro-batch; over many micro-batches every row is drawn about as often;
+    the draw is a function of the batch (a restarted learner draws the same rows) and base rows weigh 1."""
+    from learner.trainer import kl_row_weights
+
+    versions = ["v3", None, "v3", "v2", "v3", None, "v2"]  # 5 rows served by a version
+    draws = torch.zeros(len(versions))
+    for seed in range(400):
+        g = torch.Generator().manual_seed(seed)
+        rows = [
+            rows_of(rewarded(f"k{seed}-{b}", 1.0, prompt=[1, 2, 3],
+                             completion=torch.randint(10, 900, (3,), generator=g).tolist(), version=v), 1.0)[0]
+            for b, v in enumerate(versions)
+        ]  # fmt: skip
+        batch = collate(rows)
+        weights = kl_row_weights(batch, 0.25)
+        assert torch.equal(weights, kl_row_weights(batch, 0.25))
+        assert weights[[1, 5]].tolist() == [1.0, 1.0]
+        drawn = weights[[0, 2, 3, 4, 6]]
+        assert sorted(drawn.tolist()) == [0.0, 0.0, 0.0, 2.5, 2.5]  # ceil(0.25 x 5) = 2 rows, 5/2 each
+        draws[[0, 2, 3, 4, 6]] += (drawn > 0).float()
+        assert kl_row_weights(batch, 1.0).tolist() == [1.0] * len(versions)
+    # each of the 5 is drawn with probability 2/5: 160 of 400 expected, sd ~9.8
+    assert all(120 <= int(draws[b]) <= 200 for b in (0, 2, 3, 4, 6)), draws.tolist()
+    with pytest.raises(ValueError, match="kl_row_fraction"):
+        LearnerSettings(kl_row_fraction=0.0)

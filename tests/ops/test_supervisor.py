@@ -122,3 +122,25 @@ def test_a_stop_from_another_process_does_not_wait_for_the_starter_to_reap(super
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.split()[-1]) < 30  # a wait for the zombie lasts the whole 60 s
     assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ours to reap, and still unreaped
+
+
+def test_a_component_started_nice_runs_nicer_than_the_stack_and_so_do_its_children(supervisor):
+    """vLLM's replicas run niced when the stack says so; its engine process, started later, too."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # the server starts a child of its own before it listens, as vLLM starts its engine
+    child = "import time; time.sleep(600)"
+    code = (
+        "import http.server, subprocess, sys; "
+        f"subprocess.Popen([sys.executable, '-c', {child!r}]); "
+        f"http.server.test(http.server.SimpleHTTPRequestHandler, port={port}, bind='127.0.0.1')"
+    )
+    comp = Component("niced", [sys.executable, "-c", code], url, port, health=lambda: http_ok(url),
+                     start_timeout_s=30, nice=7)  # fmt: skip
+    supervisor.start(comp)
+    proc = psutil.Process(supervisor.report(comp)["pid"])
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert proc.nice() == min(19, mine + 7)
+    children = proc.children()
+    assert children and all(c.nice() == proc.nice() for c in children)
+    assert supervisor.stop("niced")
