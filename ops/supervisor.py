@@ -51,6 +51,14 @@ class StuckStart(StackError):
     """A component wrote nothing to its log for its silent_timeout_s while starting."""
 
 
+def _nice_autogroup(pid: int, nice: int) -> None:
+    """Where the kernel groups processes by session for scheduling (autogroup), a process's
+    niceness weighs only against its own session's: each component is a session of its own, so
+    the session's group is niced too (no autogroup: nothing to do)."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(f"{min(19, nice)}\n")
+
+
 @dataclasses.dataclass
 class Component:
     name: str
@@ -216,6 +224,7 @@ class Supervisor:
         if comp.nice:
             # before it starts its own processes (vLLM's engine, seconds later), which inherit it
             proc.nice(min(19, os.getpriority(os.PRIO_PROCESS, 0) + comp.nice))
+            _nice_autogroup(popen.pid, comp.nice)
         record = {
             "pid": popen.pid,
             "create_time": proc.create_time(),

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -143,4 +144,7 @@ def test_a_component_started_nice_runs_nicer_than_the_stack_and_so_do_its_childr
     assert proc.nice() == min(19, mine + 7)
     children = proc.children()
     assert children and all(c.nice() == proc.nice() for c in children)
+    autogroup = Path(f"/proc/{proc.pid}/autogroup")
+    if autogroup.exists():  # the kernel schedules sessions as groups: the session's group is niced
+        assert autogroup.read_text().split()[-1] == "7"
     assert supervisor.stop("niced")
