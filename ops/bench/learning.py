@@ -170,6 +170,14 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     parser.add_argument(
         "--curve", type=int, default=0, help="also evaluate this many intermediate versions per arm"
     )
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        metavar="REPORT",
+        help="run nothing: merge reports of the same commit and settings that ran different arms "
+        "(say --arm ratchet and --arm bare) into one, with the ratio over both (to --json or stdout)",
+    )
     parser.add_argument("--work-dir", type=Path, help="state, logs and adapters (default: a new temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder afterwards")
     args = parser.parse_args(list(argv))
@@ -452,6 +460,19 @@ def main(argv: list[str]) -> int:
     from ops.stack import QUIET_ENV
 
     config, args = parse_args(argv)
+    if args.combine:
+        from ops.bench.learning_report import combine
+
+        try:
+            report = combine([json.loads(path.read_text()) for path in args.combine])
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"python -m ops.bench learning --combine: {exc}", file=sys.stderr)
+            return 2
+        text = json.dumps(report, indent=2, default=str)
+        print(text)
+        if args.json:
+            args.json.write_text(text + "\n")
+        return 0
     os.environ.update(QUIET_ENV)
     started, host_start = time.monotonic(), machine()
 

@@ -121,6 +121,50 @@ def assemble(
     return report
 
 
+def combine(reports: list[dict]) -> dict:
+    """One report from runs of different arms of the same benchmark: the same commit (clean), the
+    same configuration but for the arms, no arm twice. Each arm keeps the base-model evaluation of
+    its own run, so every gain stays paired; the ratio is recomputed over the merged arms."""
+    if len(reports) < 2:
+        raise ValueError("combine needs at least two reports")
+    first = reports[0]
+    shas = {(r.get("commit") or {}).get("sha") for r in reports}
+    if len(shas) != 1 or None in shas or any((r.get("commit") or {}).get("dirty", True) for r in reports):
+        raise ValueError(f"the runs must be of one clean commit; got {sorted(map(str, shas))}")
+
+    def setup(r: dict) -> dict:
+        return {k: v for k, v in r["config"].items() if k != "arms"}
+
+    for r in reports[1:]:
+        if setup(r) != setup(first):
+            diff = sorted(
+                k for k in setup(first).keys() | setup(r).keys() if setup(first).get(k) != setup(r).get(k)
+            )
+            raise ValueError(f"the runs' configurations differ in {', '.join(diff)}")
+    arms: dict[str, list[dict]] = {}
+    for r in reports:
+        for arm, entries in r["arms"].items():
+            if arm in arms:
+                raise ValueError(f"arm {arm!r} is in more than one run")
+            arms[arm] = entries
+    ratchet, bare = (
+        mean_of(arms.get("ratchet", []), "gain_per_min"),
+        mean_of(arms.get("bare", []), "gain_per_min"),
+    )
+    ratio = _round(ratchet / bare) if ratchet is not None and bare is not None and bare > 0 else None
+    return {
+        **first,
+        "gain_per_min": ratchet,
+        "bare_gain_per_min": bare,
+        "ratio": ratio,
+        "arms": arms,
+        "config": first["config"] | {"arms": list(arms)},
+        "wall_s": round(sum(r["wall_s"] for r in reports), 1),
+        "machine": [r.get("machine", {}) for r in reports],
+        "combined_from": len(reports),
+    }
+
+
 def machine() -> dict:
     """What the numbers ran on: CPU count and load average (other work on the machine slows every arm)."""
     return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -98,6 +99,55 @@ def test_assemble_with_one_arm_has_no_ratio():
     assert report["bare_gain_per_min"] is None
     assert report["ratio"] is None
     assert "ratio_note" not in report
+
+
+def test_runs_of_different_arms_combine_into_one_report_only_when_comparable():
+    from ops.bench.learning_report import combine
+
+    sha = {"sha": "abc", "dirty": False}
+    ratchet = assemble(
+        {"ratchet": [_entry(0.05), _entry(0.03)]}, LearningConfig(seeds=2, arms=("ratchet",)), sha, 10.0
+    )
+    bare = assemble({"bare": [_entry(0.02), _entry(0.02)]}, LearningConfig(seeds=2, arms=("bare",)), sha, 5.0)
+    both = combine([json.loads(json.dumps(ratchet, default=str)), json.loads(json.dumps(bare, default=str))])
+    assert both["ratio"] == 2.0 and both["gain_per_min"] == 0.04 and both["bare_gain_per_min"] == 0.02
+    assert both["config"]["arms"] == ["ratchet", "bare"] and both["wall_s"] == 15.0
+    assert both["arms"]["bare"] == bare["arms"]["bare"]
+
+    other = assemble(bare["arms"], LearningConfig(seeds=2, arms=("bare",), minutes=8.0), sha, 5.0)
+    with pytest.raises(ValueError, match="differ in minutes"):
+        combine([ratchet, other])
+    with pytest.raises(ValueError, match="one clean commit"):
+        combine(
+            [
+                ratchet,
+                assemble(
+                    bare["arms"], LearningConfig(seeds=2, arms=("bare",)), {"sha": "def", "dirty": False}, 5.0
+                ),
+            ]
+        )
+    with pytest.raises(ValueError, match="one clean commit"):
+        combine(
+            [
+                ratchet,
+                assemble(bare["arms"], LearningConfig(seeds=2, arms=("bare",)), sha | {"dirty": True}, 5.0),
+            ]
+        )
+    with pytest.raises(ValueError, match="more than one run"):
+        combine([ratchet, ratchet])
+
+
+def test_combine_from_the_command_line_says_why_it_refuses(tmp_path, capsys):
+    from ops.bench.learning import main
+
+    sha = {"sha": "abc", "dirty": False}
+    one = tmp_path / "one.json"
+    one.write_text(
+        json.dumps(assemble({"bare": [_entry(0.02)]}, LearningConfig(seeds=1, arms=("bare",)), sha, 5.0))
+    )
+    assert main(["--combine", str(one), str(one)]) == 2
+    assert "arm 'bare' is in more than one run" in capsys.readouterr().err
+    assert main(["--combine", str(one), str(tmp_path / "missing.json")]) == 2
 
 
 def test_parse_args_full_defaults():
