@@ -154,8 +154,9 @@ def test_loop_trains_each_session_once_publishes_and_records(
     assert v2.parent == "v1" and v2.data_window["offsets_from"] == {"0": 8}
     assert v2.data_window["offsets_to"] == {"0": 15} and v2.data_window["window_updates"] == 1
     assert v3.parent == "v2" and v3.data_window["offsets_to"] == {"0": 18}
-    # the learner's weights were still v2's: only the base model's rows (the KL anchor) ran as reference
-    assert v3.metrics["mean_reference_rows"] == 3.0 and v2.metrics["mean_reference_rows"] == 2.0
+    # the learner's weights were still v2's: of v2's three rows only the one the KL anchor draws
+    # (ceil(0.25 x 3), the default KL_ROW_FRACTION) ran as reference, under the base model
+    assert v3.metrics["mean_reference_rows"] == 1.0 and v2.metrics["mean_reference_rows"] == 2.0
 
 
 def start_learner(env: dict[str, str]) -> subprocess.Popen:
