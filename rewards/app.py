@@ -95,6 +95,7 @@ class RewardsStage:
         self._committed: tuple[dict, dict] = ({}, {})
         self._last_commit = self._last_log = time.monotonic()
         self._consumed_at_log = 0.0
+        self._sessions_read = 0  # in this batch, counted once at its end
         self._judge_client: httpx.Client | None = None  # made on the first judge call
 
     # -- rebalancing
@@ -158,10 +159,13 @@ class RewardsStage:
                 if part is None or tp.topic not in INPUTS:
                     continue
                 touched.add(part)
-                self.metrics.consumed.labels(tp.topic).inc(len(batch))
+                self.metrics.count(self.metrics.consumed, tp.topic, len(batch))
                 for record in batch:
                     if not part.seen(tp.topic, record.offset):
                         outs += self._read(part, tp.topic, record, now)
+            if self._sessions_read:
+                self.metrics.sessions.inc(self._sessions_read)
+                self._sessions_read = 0
             for part in touched:
                 outs += await self._score(part.ready())
             self._send(outs)
@@ -208,7 +212,7 @@ class RewardsStage:
         try:
             if topic == topics.SESSIONS:
                 rejected = part.add_session(record.offset, ts, parse(Session, raw), now, raw)
-                self.metrics.sessions.inc()
+                self._sessions_read += 1
             elif topic == topics.FEEDBACK:
                 rejected = part.add_feedback(record.offset, ts, parse(Feedback, raw), now)
             else:
@@ -240,7 +244,7 @@ class RewardsStage:
             for i, judged in zip(flagged, verdicts, strict=True):
                 e = scored[i][0]
                 scored[i] = (e, None, judged) if isinstance(judged, BaseException) else (e, judged, None)
-        outs = []
+        outs, counted = [], []
         for e, rewarded, exc in scored:
             sid = e.session.session_id
             if exc is not None or rewarded is None:
@@ -250,11 +254,12 @@ class RewardsStage:
                     self._dead_letter(Rejection("scoring_failed", reason, e.session.to_json(), sid, None))
                 )
                 continue
-            self.metrics.rewarded(e.revision, rewarded.reward, [f.kind.value for f in rewarded.flags])
+            counted.append((e.revision, rewarded.reward, [f.kind.value for f in rewarded.flags]))
             headers = ((HEADER_EMITTED, emitted_header(sid, e.emitted)), self._worker_header)
             outs.append(
                 Out(topics.REWARDED, sid.encode(), rewarded.to_json(e.session_json), e.partition, headers)
             )
+        self.metrics.rewarded(counted)
         return outs
 
     async def _judge(self, rewarded: RewardedSession) -> RewardedSession:

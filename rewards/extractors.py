@@ -7,12 +7,12 @@ evidence. An extractor with nothing to say returns ``None``.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ingest.contract import AssistantTurn, Feedback, FeedbackKind, Outcome, Session, ToolTurn
+from rewards.trace import tools
 
 if TYPE_CHECKING:
     from rewards.scoring import RewardSettings
@@ -134,7 +134,7 @@ def malformed_call_text(text: str) -> str | None:
     if call is None:
         return None
     try:
-        obj = json.loads(call)
+        obj = tools.loads(call)
     except ValueError as exc:
         return f"tool call is not valid JSON ({exc.msg} at char {exc.pos})"
     calls = obj if isinstance(obj, list) else [obj]
@@ -144,7 +144,7 @@ def malformed_call_text(text: str) -> str | None:
         args = c.get("arguments", c.get("parameters", {}))
         if isinstance(args, str):
             try:
-                args = json.loads(args)
+                args = tools.loads(args)
             except ValueError:
                 return "tool call arguments are a string that is not valid JSON"
         if not isinstance(args, dict):
@@ -155,7 +155,7 @@ def malformed_call_text(text: str) -> str | None:
 def malformed_tool_turn(turn: ToolTurn, settings: RewardSettings) -> str | None:
     """Why a tool turn's arguments are malformed, or None if they are fine."""
     try:
-        args = json.loads(turn.arguments)
+        args = tools.loads(turn.arguments)
     except ValueError as exc:
         return f"{turn.name} arguments are not valid JSON ({exc.msg} at char {exc.pos})"
     if not isinstance(args, dict):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+from bisect import bisect_left
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
 
 REWARD_BUCKETS = (-3.0, -2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 
@@ -26,7 +31,7 @@ class Metrics:
             "ratchet_rewards_dead_letters", "Records sent to dlq.v1", ["reason"], registry=r
         )
         self.flags = Counter("ratchet_rewards_flags", "Hack flags on rewarded records", ["kind"], registry=r)
-        self.reward = Histogram("ratchet_rewards_reward", "Scalar reward", buckets=REWARD_BUCKETS, registry=r)
+        self.reward = LoopHistogram("ratchet_rewards_reward", "Scalar reward", REWARD_BUCKETS, registry=r)
         self.open_joins = Gauge("ratchet_rewards_open_joins", "Joins with their session, open", registry=r)
         self.orphans = Gauge("ratchet_rewards_orphans", "Signals waiting for their session", registry=r)
         self.lag = Gauge(
@@ -51,13 +56,23 @@ class Metrics:
         if port:
             start_http_server(port, addr=host, registry=self.registry)
 
-    def rewarded(self, revision: int, reward: float, flag_kinds: list[str]) -> None:
-        self._child(self.emitted, str(revision) if revision < 3 else "3+").inc()
-        if revision > 0:
-            self.amendments.inc()
-        self.reward.observe(reward)
-        for kind in flag_kinds:
-            self._child(self.flags, kind).inc()
+    def rewarded(self, records: Iterable[tuple[int, float, Iterable[str]]]) -> None:
+        """Count one batch's rewarded records, each (revision, reward, flag kinds): every counter
+        moves once per batch, not once per record (each move takes a lock)."""
+        revisions: collections.Counter[str] = collections.Counter()
+        kinds: collections.Counter[str] = collections.Counter()
+        observe = self.reward.observe
+        for revision, reward, flag_kinds in records:
+            revisions[str(revision) if revision < 3 else "3+"] += 1
+            observe(reward)
+            kinds.update(flag_kinds)
+        for label, n in revisions.items():
+            self._child(self.emitted, label).inc(n)
+        amendments = sum(n for label, n in revisions.items() if label != "0")
+        if amendments:
+            self.amendments.inc(amendments)
+        for kind, n in kinds.items():
+            self._child(self.flags, kind).inc(n)
 
     def _child(self, counter: Counter, label: str) -> Counter:
         key = (counter, label)
@@ -66,6 +81,44 @@ class Metrics:
             child = self._children[key] = counter.labels(label)
         return child
 
+    def count(self, counter: Counter, label: str, n: int = 1) -> None:
+        """``counter.labels(label).inc(n)``, the child looked up once."""
+        self._child(counter, label).inc(n)
+
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent), e.g. ``value("ratchet_rewards_rewarded_total", revision="0")``."""
         return self.registry.get_sample_value(name, labels) or 0.0
+
+
+class LoopHistogram:
+    """A histogram observed from the worker's event loop only, without the lock a
+    ``prometheus_client.Histogram`` takes per observation (the rewards worker observes every
+    reward). A scrape, from the metrics server's thread, reads the counts as they are."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry):
+        self.name, self.documentation = name, documentation
+        self.bounds = tuple(sorted(float(b) for b in buckets))
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # a bucket counts values <= its bound
+        self.sum += value
+
+    def describe(self) -> list[Metric]:
+        return [Metric(self.name, self.documentation, "histogram")]
+
+    def collect(self) -> list[Metric]:
+        # the samples prometheus_client's Histogram exposes: _sum only when no bound is negative (a
+        # sum that can fall is not a counter), _count always (HistogramMetricFamily omits both)
+        counts, total, cumulative = list(self.counts), self.sum, 0
+        family = Metric(self.name, self.documentation, "histogram")
+        for bound, n in zip((*self.bounds, float("inf")), counts, strict=True):
+            cumulative += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            family.add_sample(f"{self.name}_bucket", {"le": le}, float(cumulative))
+        family.add_sample(f"{self.name}_count", {}, float(cumulative))
+        if self.bounds[0] >= 0:
+            family.add_sample(f"{self.name}_sum", {}, total)
+        return [family]

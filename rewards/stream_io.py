@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import faust
+import pydantic_core
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -223,14 +224,14 @@ class Outbox:
 
 
 def emitted_header(session_id: str, emitted: Emitted) -> bytes:
-    return json.dumps(
+    return pydantic_core.to_json(
         {
             "session_id": session_id,
             "revision": emitted.revision,
             "feedback_ids": sorted(emitted.feedback_ids),
             "outcome_ids": sorted(emitted.outcome_ids),
         }
-    ).encode()
+    )
 
 
 def parse_emitted(headers: list[tuple[str, bytes]] | None, value: bytes | None) -> tuple[str, Emitted] | None:

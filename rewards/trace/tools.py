@@ -8,8 +8,11 @@ style: a pattern over a path), ``fetch`` (a URL or a web query), ``other``.
 from __future__ import annotations
 
 import functools
+import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pydantic_core
 
 if TYPE_CHECKING:
     from rewards.scoring import RewardSettings
@@ -41,6 +44,15 @@ _KNOWN_KEYS = {
     *COMMAND_KEYS, *PATTERN_KEYS, "edits", "insert_text",
 }  # fmt: skip
 _PATCH_TEXT = re.compile(r"^(\*\*\* Begin Patch|\*\*\* (Update|Add|Delete) File:|--- |diff --git |@@ )", re.M)
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, parsed by pydantic-core (5x faster on tool arguments); on malformed input
+    the standard library parses it again, so the value and the error (``msg``, ``pos``) are its."""
+    try:
+        return pydantic_core.from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 @functools.lru_cache(maxsize=256)

@@ -3,7 +3,6 @@ content of each file, the working directory, shell variables. Each call becomes 
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import shlex
@@ -265,7 +264,7 @@ class Walker:
     def call(self, turn: ToolTurn) -> dict:
         """The fields of the :class:`Call` a tool turn makes."""
         try:
-            args = json.loads(turn.arguments)
+            args = tools.loads(turn.arguments)
         except ValueError:
             args = turn.arguments  # free-form input (a raw patch, a raw command line)
         if isinstance(args, str):

@@ -1,12 +1,14 @@
 """rewards.trace: what each tool call named, read, changed, fetched and ran, in any tool style."""
 
+import json
+
 import pytest
 
 from rewards.scoring import RewardSettings
 from rewards.trace import matches, parse_patch, shell_segments, trace
 from rewards.trace.patch import apply_ops
 from rewards.trace.scripts import python_effects, sed_change
-from rewards.trace.tools import file_text
+from rewards.trace.tools import file_text, loads
 from tests.rewards.hand_made import bash, read, replace, session, tool, write
 
 S = RewardSettings()
@@ -310,3 +312,31 @@ def test_free_form_inputs_and_tools_known_only_by_their_arguments():
     assert (browser.role, browser.network) == ("fetch", ("https://example.org/x",))
     assert [(c.path, c.added) for c in notebook.changes] == [("out.txt", ["hi"])]
     assert [(c.path, c.deleted) for c in terminal.changes] == [("tests/test_a.py", True)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"command": "pytest -q", "timeout": 30}',
+        '{"path": "a.py", "content": "x = \\"\\u00e9\\"\\n", "lines": [1, 2.5, -3e2, null, true]}',
+        '["a", {"b": {"c": [1e400, -0.0]}}]',
+        '{"a": 1, "a": 2}',
+        '  "just a string"  ',
+        "NaN",
+        '{"n": 123456789012345678901234567890}',
+    ],
+)
+def test_tool_arguments_load_as_the_standard_library_loads_them(text):
+    assert loads(text) == json.loads(text) or (text == "NaN" and loads(text) != loads(text))
+    assert type(loads(text)) is type(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text", ['{"command": "ls"', "{'path': 'a'}", '{"a": 1,}', "", "[1, 2] x", '{"a": "\t"}']
+)
+def test_malformed_tool_arguments_raise_the_standard_librarys_error(text):
+    with pytest.raises(json.JSONDecodeError) as ours:
+        loads(text)
+    with pytest.raises(json.JSONDecodeError) as theirs:
+        json.loads(text)
+    assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
