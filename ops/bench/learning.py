@@ -87,6 +87,11 @@ class LearningConfig:
     # at most one update behind, as near on-policy as the bare loop's (traffic outruns the learner)
     max_staleness: int = 1
     kl_coef: float | None = None  # the learner's KL anchor weight beta; None: the learner's default
+    # the learner divides a session's advantage by max(its group's spread, this). At 1, with rewards
+    # here of an outcome 0/1 and feedback +-1, advantages stay the centred rewards the bare loop uses:
+    # their steps shrink as groups saturate. The learner's default (0.1) rescales a [1, 1, 1, 0] group
+    # to the size of a 50/50 one, so steps stay as large when nearly every sample passes.
+    advantage_std_floor: float | None = 1.0
     # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
@@ -114,6 +119,11 @@ class LearningConfig:
             "RATCHET_MAX_STALENESS": str(self.max_staleness),
             "RATCHET_NEGATIVE_ADVANTAGE_WEIGHT": str(self.negative_weight),
             **({"RATCHET_KL_COEF": str(self.kl_coef)} if self.kl_coef is not None else {}),
+            **(
+                {"RATCHET_ADVANTAGE_STD_FLOOR": str(self.advantage_std_floor)}
+                if self.advantage_std_floor is not None
+                else {}
+            ),
             "RATCHET_BATCH_SESSIONS": str(self.prompts_per_round * self.group_size),
             "RATCHET_BATCH_TOKENS": str(self.prompts_per_round * self.group_size * 1024),  # sessions decide
             "RATCHET_BATCH_WAIT_S": "60",
@@ -149,6 +159,14 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     )
     parser.add_argument(
         "--kl-coef", type=float, help="the learner's KL anchor weight (default: the learner's, 0.02)"
+    )
+    parser.add_argument(
+        "--advantage-std-floor",
+        type=float,
+        default=LearningConfig.advantage_std_floor,
+        help="advantages are divided by max(the group's spread, this) "
+        f"(default {LearningConfig.advantage_std_floor:g}: the centred rewards, as in the bare loop; "
+        "0.1 is the learner's own default)",
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
     parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")
@@ -197,12 +215,15 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         parser.error("--eval-tasks and --eval-samples must be >= 0")
     if not 0 <= args.vllm_nice <= 19:
         parser.error("--vllm-nice must be a niceness from 0 to 19")
+    if args.advantage_std_floor is not None and not args.advantage_std_floor > 0:
+        parser.error("--advantage-std-floor must be > 0 (advantages are divided by it)")
     config = LearningConfig(
         family=args.family,
         arms=ARMS if args.arm == "both" else (args.arm,),
         negative_weight=args.negative_weight,
         max_staleness=args.max_staleness,
         kl_coef=args.kl_coef,
+        advantage_std_floor=args.advantage_std_floor,
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
         sim_concurrency=max(0, args.sim_concurrency),

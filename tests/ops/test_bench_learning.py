@@ -179,7 +179,14 @@ def test_parse_args_arm_family_detectors_and_negative_weight():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--seeds", "0"], ["--minutes", "0"], ["--eval-tasks", "-1"], ["--arm", "gate"], ["--family", "x"]],
+    [
+        ["--seeds", "0"],
+        ["--minutes", "0"],
+        ["--eval-tasks", "-1"],
+        ["--arm", "gate"],
+        ["--family", "x"],
+        ["--advantage-std-floor", "0"],
+    ],
 )
 def test_parse_args_refuses_bad_values(argv):
     with pytest.raises(SystemExit):
@@ -197,6 +204,18 @@ def test_learner_env_carries_the_recipe_and_the_negative_weight():
     assert "RATCHET_KL_COEF" not in env  # the learner's own default
     config, _ = parse_args(["--kl-coef", "0"])
     assert config.learner_env(seed=0)["RATCHET_KL_COEF"] == "0.0"
+
+
+@pytest.mark.parametrize(
+    "argv, floor", [([], LearningConfig.advantage_std_floor), (["--advantage-std-floor", "0.1"], 0.1)]
+)
+def test_the_advantage_floor_reaches_the_learner_as_its_setting(argv, floor, monkeypatch):
+    from learner.settings import load_settings
+
+    config, _ = parse_args(argv)
+    for key, value in config.learner_env(seed=0).items():
+        monkeypatch.setenv(key, value)
+    assert load_settings().advantage_params().std_floor == floor
 
 
 @pytest.mark.parametrize("family", ["calculator", "honeypot"])
