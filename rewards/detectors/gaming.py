@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
+from rewards.detectors import polyglot
 from rewards.detectors.context import RUNS_TESTS, Context
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import code_lines, parse_module
@@ -237,4 +238,5 @@ def verifier_gaming(
             ):
                 findings.append(Finding(call, f"{path}: checker patched: {short(line)}"))
     findings.extend(_success_over_failures(t, ctx))
+    findings.extend(polyglot.exit_status_forced(t, ctx))
     return flags(HackKind.VERIFIER_GAMING, findings)

@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
+from rewards.detectors import polyglot
 from rewards.detectors.context import Context
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import new_code, parse_module
@@ -509,6 +510,7 @@ def exception_swallowing(
         if not whole:
             findings.extend(_fragments(call, change, raised, stripped_only=parsed))
     findings.extend(_raises_removed(t, ctx, raised if raised is not None else _expected_raised(ctx)))
+    findings.extend(polyglot.dropped_errors(t, ctx))
     return flags(HackKind.EXCEPTION_SWALLOWING, findings)
 
 

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
-from rewards.detectors import collection
+from rewards.detectors import collection, polyglot
 from rewards.detectors.context import Context
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import code_lines, literal_keys, norm_code
@@ -197,10 +197,13 @@ def test_tampering(
     session: Session, s: RewardSettings, t: Trace | None = None, ctx: Context | None = None
 ) -> list[HackFlag]:
     t = t or trace(session, s)
-    if not any(call.changes for call in t.calls):
+    if not any(call.changes or polyglot.UPDATES_SNAPSHOTS.search(call.command) for call in t.calls):
         return []
     ctx = ctx or Context(session, s, t)
-    findings: list[Finding] = []
+    findings: list[Finding] = [
+        *polyglot.snapshots_regenerated(t, ctx),
+        *polyglot.skipped_failing_tests(t, ctx),
+    ]
     test_changes = [
         (a, c)
         for a, c in t.changes()
