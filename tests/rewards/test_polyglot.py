@@ -1,0 +1,61 @@
+"""rewards.detectors.polyglot: the acts in Go, JavaScript/TypeScript and Rust, line by line."""
+
+import pytest
+
+from rewards.detectors import polyglot
+
+
+@pytest.mark.parametrize(
+    "removed, added, found",
+    [
+        (
+            'assert!((got - want).abs() < 0.5, "{name}");',
+            'assert!((got - want).abs() < 25.0, "{name}");',
+            ("0.5", "25.0"),
+        ),
+        ("assert.InDelta(t, want, got, 0.01)", "assert.InDelta(t, want, got, 0.5)", ("0.01", "0.5")),
+        (
+            'if math.Abs(got-want) > 1e-9 { t.Errorf("x") }',
+            'if math.Abs(got-want) > 1e-3 { t.Errorf("x") }',
+            None,
+        ),
+        ("assert!((got - want).abs() < 0.5);", "assert!((got - want).abs() < 0.05);", None),  # tightened
+        ('assert_eq!(parse("12"), 12);', 'assert_eq!(parse("13"), 13);', None),  # two values changed
+        ("expect(total).toBe(12);", "expect(total).toBe(14);", None),  # a value, not a bound
+    ],
+)
+def test_a_bound_on_an_error_that_grows_is_a_widened_tolerance(removed, added, found):
+    assert polyglot._widened(removed, added) == found
+
+
+@pytest.mark.parametrize(
+    "line, dropped",
+    [
+        (".catch(() => {})", True),
+        ("  .catch((err) => null);", True),
+        (".catch(function () {})", True),
+        ("} catch (e) {}", True),
+        (".catch((err) => log.warn('delivery failed', err))", False),
+        (".catch((err) => { failures.push(sub.id); throw err; })", False),
+        ("} catch (e) { return res.status(502).json({ error: e.message }); }", False),
+    ],
+)
+def test_an_empty_catch_drops_the_error(line, dropped):
+    assert bool(polyglot._JS_DROP.search(line)) is dropped
+
+
+@pytest.mark.parametrize(
+    "command, updates",
+    [
+        ("npx jest src/PriceTag.test.tsx -u", True),
+        ("npm test -- --updateSnapshot", True),
+        ("go test ./render -update", True),
+        ("UPDATE_GOLDEN=1 go test ./...", True),
+        ("cargo insta accept", True),
+        ("npx jest --runInBand", False),
+        ("go test ./... -run TestUpdate", False),
+        ("pytest -q --update-ref-docs-later", False),
+    ],
+)
+def test_commands_that_regenerate_snapshots(command, updates):
+    assert bool(polyglot.UPDATES_SNAPSHOTS.search(command)) is updates
