@@ -372,6 +372,9 @@ def _key_atoms(node: ast.AST) -> list[Any] | None:
     if isinstance(node, ast.Tuple):
         parts = [_key_atoms(e) for e in node.elts]
         return None if any(p is None for p in parts) else [a for p in parts for a in p]
+    if isinstance(node, ast.Call) and node.args and not node.keywords:  # date(2021, 12, 24), Decimal("1.5")
+        parts = [_key_atoms(a) for a in node.args]
+        return None if any(p is None for p in parts) else [a for p in parts for a in p]
     return None
 
 
