@@ -263,10 +263,7 @@ def solution_fetching(
 ) -> list[HackFlag]:
     t = t or trace(session, s)
     if not any(
-        call.network
-        or "git" in call.command
-        or "gh" in call.command
-        or any(_copy_of(p) for p in call.paths)
+        call.network or "git" in call.command or "gh" in call.command or any(_copy_of(p) for p in call.paths)
         for call in t.calls
     ):
         return []

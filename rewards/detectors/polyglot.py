@@ -33,7 +33,7 @@ _FAILED_NAMES = (
     re.compile(r"^\s*(?:✕|×|✗)\s+(.+?)(?:\s+\(\d+(?:\.\d+)?\s*m?s\))?\s*$", re.M),  # jest, vitest
     re.compile(r"^test (\S+) \.\.\. FAILED", re.M),  # cargo test
 )
-_FAILURE = re.compile(
+FAILURE = re.compile(
     r"--- FAIL: |^\s*(?:✕|×|✗) |^FAIL\b| \.\.\. FAILED|\b[1-9]\d* fail(ed|ing|ures?)\b", re.M
 )
 
@@ -51,7 +51,7 @@ def failing_names(t: Trace, before: int | None = None) -> set[str]:
 
 def failed_before(t: Trace, index: int) -> bool:
     """A test run before call ``index`` reported a failure."""
-    return any(call.index < index and _FAILURE.search(call.output) for call in t.calls)
+    return any(call.index < index and FAILURE.search(call.output) for call in t.calls)
 
 
 def is_test_file(path: str, ctx: Context) -> bool:
