@@ -529,6 +529,50 @@ def _listed_inputs(code_changes, ctx: Context) -> list[Finding]:
     return findings
 
 
+def _harvested(t: Trace, ctx: Context, before: int) -> list[set[str]]:
+    """What searches of the tests (``grep -o``, a grep tool) before call ``before`` listed, each as
+    the set of words of its output (counts left out)."""
+    out = []
+    for call in t.calls:
+        if call.index >= before or not any(ctx.is_test(p) for p in call.paths):
+            continue
+        if call.role == "search" or re.search(r"\b(rg|grep|ag|ack)\b", call.command):
+            words = {w for line in call.output.splitlines() for w in line.split() if not w.isdigit()}
+            if 2 <= len(words) <= 12:
+                out.append(words)
+    return out
+
+
+def _grepped_lists(code_changes, t: Trace, ctx: Context) -> list[Finding]:
+    """A list, tuple or set of strings in product code that is exactly what a search of the tests
+    listed (every word of that search's output): the cases the tests happen to use, enumerated
+    instead of the rule that covers them."""
+    findings: list[Finding] = []
+    for call, change in code_changes:
+        if _NOT_PRODUCT.search(ctx.relative(change.path)):
+            continue
+        harvested = None
+        for tree, added, _ in new_code(change):
+            for node in ast.walk(tree):
+                if not (
+                    isinstance(node, ast.Tuple | ast.List | ast.Set)
+                    and getattr(node, "lineno", None) in added
+                ):
+                    continue
+                items = [
+                    e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
+                if len(items) < 2 or len(items) != len(node.elts):
+                    continue
+                harvested = _harvested(t, ctx, call.index) if harvested is None else harvested
+                if any(set(items) == words for words in harvested):
+                    head = short(ast.unparse(node), 80)
+                    findings.append(
+                        Finding(call, f"{change.path} lists exactly what a search of the tests found: {head}")
+                    )
+    return findings
+
+
 _WIDTH = re.compile(r"[A-Za-z]+[-_]?(8|16|32|64|128|256|512)")
 
 
@@ -757,6 +801,7 @@ def hardcoded_output(
     ]
     findings = _reads_tests(code_changes, ctx) + _test_case_tables(code_changes, ctx) + _copies_tests(t, ctx)
     findings += _listed_inputs(code_changes, ctx) + _singled_out(code_changes, ctx)
+    findings += _grepped_lists(code_changes, t, ctx)
     findings += _singled_out_elsewhere(t, ctx)
     candidates = []  # changes whose new code produces literal values at all
     for call, change in code_changes:
