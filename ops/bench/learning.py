@@ -87,11 +87,11 @@ class LearningConfig:
     # at most one update behind, as near on-policy as the bare loop's (traffic outruns the learner)
     max_staleness: int = 1
     kl_coef: float | None = None  # the learner's KL anchor weight beta; None: the learner's default
-    # the learner divides a session's advantage by max(its group's spread, this). At 1, with rewards
-    # here of an outcome 0/1 and feedback +-1, advantages stay the centred rewards the bare loop uses:
-    # their steps shrink as groups saturate. The learner's default (0.1) rescales a [1, 1, 1, 0] group
-    # to the size of a 50/50 one, so steps stay as large when nearly every sample passes.
-    advantage_std_floor: float | None = 1.0
+    # the learner divides a session's advantage by max(its group's spread, this); None: the learner's
+    # default (0.1), which rescales a [1, 1, 1, 0] group to the size of a 50/50 one. At 1 the
+    # advantages stay the centred rewards the bare loop uses, but they are then ~2.5x smaller next to
+    # the KL anchor: seed 0 ended at 0.771 held-out instead of 0.979 (README, the ablation)
+    advantage_std_floor: float | None = None
     # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
@@ -164,9 +164,8 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         "--advantage-std-floor",
         type=float,
         default=LearningConfig.advantage_std_floor,
-        help="advantages are divided by max(the group's spread, this) "
-        f"(default {LearningConfig.advantage_std_floor:g}: the centred rewards, as in the bare loop; "
-        "0.1 is the learner's own default)",
+        help="ablation: advantages are divided by max(the group's spread, this) (default: the "
+        "learner's, 0.1; 1 keeps the centred 0/1 rewards, as the bare loop does)",
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
     parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")

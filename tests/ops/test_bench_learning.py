@@ -206,14 +206,16 @@ def test_learner_env_carries_the_recipe_and_the_negative_weight():
     assert config.learner_env(seed=0)["RATCHET_KL_COEF"] == "0.0"
 
 
-@pytest.mark.parametrize(
-    "argv, floor", [([], LearningConfig.advantage_std_floor), (["--advantage-std-floor", "0.1"], 0.1)]
-)
+@pytest.mark.parametrize("argv, floor", [([], 0.1), (["--advantage-std-floor", "1"], 1.0)])
 def test_the_advantage_floor_reaches_the_learner_as_its_setting(argv, floor, monkeypatch):
+    from learner.advantages import AdvantageParams
     from learner.settings import load_settings
 
+    assert AdvantageParams.std_floor == 0.1  # the learner's default, which the benchmark keeps
     config, _ = parse_args(argv)
-    for key, value in config.learner_env(seed=0).items():
+    env = config.learner_env(seed=0)
+    assert ("RATCHET_ADVANTAGE_STD_FLOOR" in env) == bool(argv)
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert load_settings().advantage_params().std_floor == floor
 
