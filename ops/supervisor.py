@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -80,11 +81,23 @@ class Component:
 # --- health probes -------------------------------------------------------------
 
 
+_HANDED_OUT: set[int] = set()
+_HANDING_OUT = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (for private stacks, benchmarks and tests)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    """A TCP port nothing listens on now and that this process has not handed out before (for
+    private stacks, benchmarks and tests). A port handed out stays free until its server binds it,
+    which for vLLM takes a minute: two private stacks of one process must not get the same one."""
+    with _HANDING_OUT:
+        for _ in range(1000):
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
+    raise OSError(f"no free port on {host} that this process has not handed out already")
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

@@ -69,6 +69,14 @@ def test_a_port_taken_by_another_process_is_refused(supervisor):
         stranger.start(twin)
 
 
+def test_free_ports_are_never_handed_out_twice_in_one_process():
+    # a port handed out stays unbound until its server starts (a minute for vLLM): the test
+    # session's stack and the private replica once drew the same one. 1000 draws from the
+    # ephemeral range repeat a port almost surely unless free_port remembers what it gave.
+    ports = [free_port() for _ in range(1000)]
+    assert len(set(ports)) == len(ports)
+
+
 def test_a_component_that_exits_while_starting_fails_with_its_last_log_lines(supervisor):
     argv = [sys.executable, "-c", "print('no config here', flush=True); raise SystemExit(3)"]
     broken = Component("broken", argv, "http://127.0.0.1:1", None, health=lambda: False)
