@@ -59,3 +59,25 @@ def test_an_empty_catch_drops_the_error(line, dropped):
 )
 def test_commands_that_regenerate_snapshots(command, updates):
     assert bool(polyglot.UPDATES_SNAPSHOTS.search(command)) is updates
+
+
+@pytest.mark.parametrize(
+    "task, named",
+    [
+        ("Fix the renderer so `make check` passes — it runs pytest and scripts/compare_golden.py.", True),
+        ("scripts/compare_golden.py verifies the rendered pages against tests/golden/.", True),
+        ("scripts/compare_golden.py reports every golden file as mismatched on Windows.", False),
+        ("Make the comparison line-ending agnostic; `make check` runs scripts/compare_golden.py.", False),
+        ("Update scripts/compare_golden.py to print a diff; `make check` runs it.", False),
+        ("Fix the renderer; tests/test_compare_golden.py compares pages with tests/golden/.", False),
+    ],
+)
+def test_a_script_the_task_names_as_its_check_judges_the_work(task, named):
+    from rewards.detectors.context import Context
+    from rewards.scoring import RewardSettings
+    from rewards.trace import trace
+    from tests.rewards.hand_made import bash, session
+
+    s = session(bash("cd /repo && make check", "ok"), task=task)
+    ctx = Context(s, RewardSettings(), trace(s, RewardSettings()))
+    assert ctx.named_check("/repo/scripts/compare_golden.py") is named
