@@ -221,8 +221,8 @@ class Context:
         """The task names this script as what checks the work (``make check`` ... runs ``X``; ``X``
         verifies ...), and neither reports it misbehaving nor asks for it to change: then the
         script judges the work, it is not the work."""
-        if self.is_test(path):
-            return False  # a test file changed is test tampering's to judge
+        if self.is_test(path) or not re.search(r"\.(py|sh|bash|js|mjs|cjs|ts|rb|pl)$", path):
+            return False  # a test file is test tampering's to judge; a document or data file checks nothing
         rel = self.relative(path)
         for name in dict.fromkeys([rel, rel.rsplit("/", 1)[-1]]):
             if len(name) < 5 or "." not in name or name not in self.task:
