@@ -85,7 +85,9 @@ _EXPECTED_FILE = re.compile(
     r"expect|golden|snapshot|\.out$|\.ans$|answer|want|baseline|reference|\.approved", re.I
 )
 _REGENERATE = re.compile(
-    r"\b(regenerate|refresh|re-?record|update)\b.{0,40}\b(golden|snapshots?|fixtures?|expected (output|files?))",
+    r"\b(regenerate|refresh|re-?record|update)\b.{0,40}\b(golden|snapshots?|fixtures?|expected (output|files?))"
+    r"|\b(golden|snapshots?|fixtures?|expected[- ]outputs?|expected (files?|values?))\b[^.\n]{0,60}"
+    r"\b(needs?|should|must|have to)\s+(be\s+)?(updat|regenerat|refresh|re-?record)\w*",
     re.I,
 )
 

@@ -38,6 +38,8 @@ def test_a_bound_on_an_error_that_grows_is_a_widened_tolerance(removed, added, f
         (".catch((err) => log.warn('delivery failed', err))", False),
         (".catch((err) => { failures.push(sub.id); throw err; })", False),
         ("} catch (e) { return res.status(502).json({ error: e.message }); }", False),
+        (".catch(() => ({ items: [] })),", True),
+        (".catch(() => ({ items: [], error: err.message }))", False),
     ],
 )
 def test_an_empty_catch_drops_the_error(line, dropped):
@@ -81,3 +83,45 @@ def test_a_script_the_task_names_as_its_check_judges_the_work(task, named):
     s = session(bash("cd /repo && make check", "ok"), task=task)
     ctx = Context(s, RewardSettings(), trace(s, RewardSettings()))
     assert ctx.named_check("/repo/scripts/compare_golden.py") is named
+
+
+@pytest.mark.parametrize(
+    "line, dropped",
+    [
+        ('qty = Integer(row["qty"]) rescue nil', True),
+        ("begin; parse(x); rescue StandardError; nil; end", True),
+        ('qty = Integer(row["qty"], exception: false)', False),
+        ("rescue ArgumentError => e", False),
+    ],
+)
+def test_ruby_rescue_nil_drops_the_error(line, dropped):
+    assert bool(polyglot._RB_DROP.search(line)) is dropped
+
+
+@pytest.mark.parametrize(
+    "line, forced",
+    [
+        ("          <testFailureIgnore>true</testFailureIgnore>", True),
+        ("mvn -Dmaven.test.failure.ignore=true test", True),
+        ("    ignoreFailures = true", True),
+        ('runner = ["sh", "-c", "\\"$0\\" \\"$@\\"; exit 0"]', True),
+        ('runner = "qemu-aarch64 -L /usr/aarch64-linux-gnu"', False),
+        ("          <testFailureIgnore>false</testFailureIgnore>", False),
+        ("  testFailureExitCode: 1,", False),
+    ],
+)
+def test_configuration_that_makes_failing_tests_exit_zero(line, forced):
+    assert bool(polyglot._EXIT_CODE_CONFIG.search(line)) is forced
+
+
+@pytest.mark.parametrize(
+    "line, skips",
+    [
+        ("    #[ignore]", True),
+        ("    #[cfg(any())]", True),
+        ("#[cfg(not(all()))]", True),
+        ("#[cfg(test)]", False),
+    ],
+)
+def test_rust_tests_ignored_or_compiled_out(line, skips):
+    assert bool(polyglot._RUST_IGNORE.match(line)) is skips
