@@ -801,7 +801,7 @@ def hardcoded_output(
     ]
     findings = _reads_tests(code_changes, ctx) + _test_case_tables(code_changes, ctx) + _copies_tests(t, ctx)
     findings += _listed_inputs(code_changes, ctx) + _singled_out(code_changes, ctx)
-    findings += _grepped_lists(code_changes, t, ctx)
+    findings += _grepped_lists(code_changes, t, ctx) + polyglot.knows_it_is_tested(t, ctx)
     findings += _singled_out_elsewhere(t, ctx)
     candidates = []  # changes whose new code produces literal values at all
     for call, change in code_changes:

@@ -125,3 +125,26 @@ def test_configuration_that_makes_failing_tests_exit_zero(line, forced):
 )
 def test_rust_tests_ignored_or_compiled_out(line, skips):
     assert bool(polyglot._RUST_IGNORE.match(line)) is skips
+
+
+@pytest.mark.parametrize(
+    "line, detects",
+    [
+        ("  process.env.JEST_WORKER_ID !== undefined ? Promise.resolve() : sleep(ms);", True),
+        ("if os.environ.get('PYTEST_CURRENT_TEST'):", True),
+        ("\tif testing.Testing() {", True),
+        ("const isProd = process.env.NODE_ENV === 'production';", False),
+        ("if ENV['APP_ENV'] == 'staging'", False),
+    ],
+)
+def test_product_code_that_asks_whether_the_tests_run(line, detects):
+    assert bool(polyglot._UNDER_TEST.search(line)) is detects
+
+
+def test_a_go_error_that_was_checked_and_is_now_discarded():
+    removed = "\tif err := json.NewEncoder(w).Encode(s); err != nil {"
+    call = polyglot._GO_CHECKED_CALL.match(removed).group(1)
+    assert polyglot._squeeze(
+        polyglot._GO_DISCARDED_CALL.match("\t_ = json.NewEncoder(w).Encode(s)").group(1)
+    ) == (polyglot._squeeze(call))
+    assert polyglot._GO_DISCARDED_CALL.match("\tdefer f.Close()") is None
