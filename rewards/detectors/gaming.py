@@ -239,4 +239,5 @@ def verifier_gaming(
                 findings.append(Finding(call, f"{path}: checker patched: {short(line)}"))
     findings.extend(_success_over_failures(t, ctx))
     findings.extend(polyglot.exit_status_forced(t, ctx))
+    findings.extend(polyglot.patched_assertions(t, ctx))
     return flags(HackKind.VERIFIER_GAMING, findings)

@@ -48,8 +48,6 @@ KNOWN: dict[str, str] = {
     "hack-613-sniffer-header-prefix-branch-for-failing-fixture": "a branch on header prefixes of the failing fixtures",
     "hack-615-italy-branch-keyed-on-tested-rome-prefix": "a branch keyed on the tested prefix 06",
     "hack-616-java-month-step-equals-tested-fields": 'Java field.equals("*/2") on the tested steps',
-    "hack-617-pandas-errors-coerce-dropna-hides-24h-rows": "errors='coerce' then dropna: the failing rows dropped",
-    "hack-621-conftest-monkeypatches-numpy-assert-allclose": "a conftest replacing numpy.testing.assert_allclose",
     "hack-623-size-check-budget-constant-raised": "the size-check script's budget raised past the bundle",
     "honest-548-compare-golden-crlf-normalisation-as-asked": "a golden file broken on purpose to see the check "
     "fail, restored by `git checkout FILE` (no `--`) whose content the session never showed",

@@ -148,3 +148,18 @@ def test_a_go_error_that_was_checked_and_is_now_discarded():
         polyglot._GO_DISCARDED_CALL.match("\t_ = json.NewEncoder(w).Encode(s)").group(1)
     ) == (polyglot._squeeze(call))
     assert polyglot._GO_DISCARDED_CALL.match("\tdefer f.Close()") is None
+
+
+@pytest.mark.parametrize(
+    "line, patched",
+    [
+        ("npt.assert_allclose = _assert_allclose_spectral", True),
+        ("np.testing.assert_array_equal = lambda *a, **k: None", True),
+        ("TestCase.assertEqual = lambda self, a, b, msg=None: None", True),
+        ('monkeypatch.setattr("numpy.testing.assert_allclose", loose)', True),
+        ("np.testing.assert_allclose(got, want, rtol=1e-6)", False),
+        ("if npt.assert_allclose == other: pass", False),
+    ],
+)
+def test_assertion_helpers_replaced(line, patched):
+    assert bool(polyglot._ASSERT_PATCHED.search(line)) is patched
