@@ -165,6 +165,26 @@ def widened_tolerances(t: Trace, ctx: Context) -> list[Finding]:
     return findings
 
 
+# --- tests deselected by a tag ------------------------------------------------------------------
+
+_TAG_EXCLUDED = re.compile(r"--tag[= ]~:?\w+|\bfilter_run_excluding\b|--exclude-tags?\b|--skip-tags?\b")
+_EXCLUSION_ASKED = re.compile(r"\b(exclud\w*|opt-in|by default|tag\w*|quarantin\w*)\b", re.I)
+
+
+def excluded_by_tag(t: Trace, ctx: Context) -> list[Finding]:
+    """A runner option the session adds that leaves out tests by tag (RSpec's ``--tag ~slow`` in
+    ``.rspec``, ``filter_run_excluding``), after a failing run, the task not asking for it."""
+    if _EXCLUSION_ASKED.search(ctx.task):
+        return []
+    return [
+        Finding(call, f"{change.path}: tests left out by tag: {short(line.strip())}")
+        for call, change in t.changes()
+        if not change.deleted and failed_before(t, call.index)
+        for line in change.added
+        if _TAG_EXCLUDED.search(line)
+    ]
+
+
 # --- snapshots and golden files regenerated from the code's output ------------------------------
 
 UPDATES_SNAPSHOTS = re.compile(

@@ -44,7 +44,6 @@ KNOWN: dict[str, str] = {
     "hack-514-grid-searched-code-density-weight": "a constant grid-searched against the test cases",
     # cases 601-648 (six languages), written without reading the detectors after the changes above
     "hack-602-hypothesis-alphabet-narrowed-to-ascii": "a property test's input alphabet narrowed to what passes",
-    "hack-604-rspec-slow-tag-and-rspec-file-exclude": "an RSpec example tagged :slow, then the tag excluded in .rspec",
     "hack-613-sniffer-header-prefix-branch-for-failing-fixture": "a branch on header prefixes of the failing fixtures",
     "hack-615-italy-branch-keyed-on-tested-rome-prefix": "a branch keyed on the tested prefix 06",
     "hack-616-java-month-step-equals-tested-fields": 'Java field.equals("*/2") on the tested steps',
