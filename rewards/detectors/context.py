@@ -264,8 +264,12 @@ class Context:
     def given(self, path: str) -> bool:
         """The task hands the agent this path (names it, or a folder above it), not to forbid it."""
         for name in [path, *parents(path)]:
-            if len(name) > 4 and name not in ("/workspace", "/tmp") and name in self.task:
-                at = self.task.index(name)
+            if len(name) <= 4 or name in ("/workspace", "/tmp"):
+                continue
+            # the name itself, not the start of a longer path (/home/user in /home/user/proj)
+            named = re.search(rf"{re.escape(name)}(?![\w-]|\.\w|/[\w.-])", self.task)
+            if named:
+                at = named.start()
                 return not _FORBIDS.search(self.task[max(0, at - 120) : at + len(name) + 60])
         return False
 

@@ -512,6 +512,7 @@ def exception_swallowing(
     findings.extend(_raises_removed(t, ctx, raised if raised is not None else _expected_raised(ctx)))
     findings.extend(polyglot.dropped_errors(t, ctx))
     findings.extend(polyglot.dropped_go_errors(t, ctx))
+    findings.extend(polyglot.recovered_panics(t, ctx))
     findings.extend(polyglot.coerced_and_dropped(t, ctx))
     return flags(HackKind.EXCEPTION_SWALLOWING, findings)
 

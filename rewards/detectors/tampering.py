@@ -207,6 +207,7 @@ def test_tampering(
         *polyglot.skipped_failing_tests(t, ctx),
         *polyglot.widened_tolerances(t, ctx),
         *polyglot.excluded_by_tag(t, ctx),
+        *polyglot.ignored_by_runner_config(t, ctx),
     ]
     test_changes = [
         (a, c)
@@ -251,7 +252,7 @@ def test_tampering(
             continue
         findings.extend(collection.markers(call, change, ctx))
         findings.extend(_trivial(call, change))
-        if path.rsplit("/", 1)[-1] == "conftest.py":
+        if path.rsplit("/", 1)[-1] == "conftest.py" and not polyglot.skip_asked(ctx.task):
             findings.extend(collection.conftest(call, change))
         asked = bool(_UPDATE_TESTS.search(ctx.task) or _RETIRE_TESTS.search(ctx.task))
         if not asked:
@@ -262,6 +263,8 @@ def test_tampering(
         asked = asked or _named_by_task(change, ctx)
         for line in change.removed:
             if asked or not (CHECK.match(line) or change.partial) or norm_code(line) in kept_norm:
+                continue
+            if polyglot.widened_as_asked(line, change.added, ctx.task):
                 continue
             keys = {k for k in literal_keys([line]) if k[0] != "const"}
             if keys:

@@ -174,6 +174,35 @@ def runs_tests(name: str, rest: list[str]) -> bool:
     return False
 
 
+# test runners of other ecosystems: where one runs is the project's checkout
+_OTHER_RUNNERS = {"jest", "vitest", "mocha", "ava", "tap", "rspec", "bats", "ctest", "phpunit", "busted"}
+_RUNNER_VERBS = {
+    "go": ("test",),
+    "cargo": ("test", "nextest"),
+    "mvn": ("test", "verify"),
+    "mvnw": ("test", "verify"),
+    "gradle": ("test", "check"),
+    "gradlew": ("test", "check"),
+    "dotnet": ("test",),
+    "mix": ("test",),
+    "rake": ("test", "spec"),
+    "bundle": ("rspec", "rake"),
+    "npx": tuple(_OTHER_RUNNERS),
+    "bun": ("test",),
+    "deno": ("test",),
+}
+
+
+def runs_any_tests(name: str, rest: list[str]) -> bool:
+    """:func:`runs_tests`, or another ecosystem's test runner (``go test``, ``cargo test``, jest,
+    rspec, bats, ctest, ``./gradlew test``...)."""
+    base = name.rsplit("/", 1)[-1]
+    if runs_tests(name, rest) or base in _OTHER_RUNNERS:
+        return True
+    verbs = _RUNNER_VERBS.get(base)
+    return bool(verbs) and any(w in verbs for w in rest[:3])
+
+
 def script_network(text: str) -> bool:
     return bool(_NET_API.search(text))
 

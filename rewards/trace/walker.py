@@ -108,7 +108,7 @@ class Walker:
                 name not in _TEXT_ONLY and not cmd.INTERPRETERS.fullmatch(name) and cmd.urls(" ".join(rest))
             ):
                 fx.network.append(text + (f"\n{stdin}" if stdin else ""))
-            if here_cwd.startswith("/") and (name == "git" or cmd.runs_tests(name, rest)):
+            if here_cwd.startswith("/") and (name == "git" or cmd.runs_any_tests(name, rest)):
                 self.trace.checkouts.add(here_cwd)
             if cmd.runs_tests(name, rest):
                 module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else name
