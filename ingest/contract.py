@@ -167,6 +167,10 @@ class AssistantTurn(Record):
     @field_validator("behaviour_logprobs")
     @classmethod
     def _logprobs_finite_and_nonpositive(cls, values: list[float]) -> list[float]:
+        # fast path, in C: a nan or an infinity makes the sum non-finite; without one, max is exact
+        # (a sum that overflows only sends the check to the loop, which then finds nothing)
+        if math.isfinite(sum(values)) and max(values, default=0.0) <= 0.0:
+            return values
         for i, lp in enumerate(values):
             if not math.isfinite(lp):
                 raise ValueError(f"behaviour_logprobs[{i}] is {lp}: logprobs must be finite")
@@ -243,8 +247,11 @@ class Outcome(Record):
 
     @model_validator(mode="after")
     def _counts_consistent(self) -> Outcome:
-        for name in ("tests", "verifiers"):
-            passed, total = getattr(self, f"{name}_passed"), getattr(self, f"{name}_total")
+        pairs = (
+            ("tests", self.tests_passed, self.tests_total),
+            ("verifiers", self.verifiers_passed, self.verifiers_total),
+        )
+        for name, passed, total in pairs:
             if (passed is None) != (total is None):
                 raise ValueError(f"{name}_passed and {name}_total must be given together")
             if passed is not None and passed > total:
@@ -300,22 +307,17 @@ class Session(Record):
 
     @model_validator(mode="after")
     def _ids_and_sizes(self) -> Session:
-        seen: set[str] = set()
-        total_tokens = 0
-        for i, turn in enumerate(self.turns):
-            if turn.turn_id in seen:
-                raise ValueError(
-                    f"turns[{i}].turn_id {turn.turn_id!r} is duplicated: turn ids must be unique"
-                )
-            seen.add(turn.turn_id)
-            if isinstance(turn, AssistantTurn):
-                total_tokens += len(turn.prompt_token_ids) + len(turn.completion_token_ids)
+        ids = [turn.turn_id for turn in self.turns]
+        if len(set(ids)) != len(ids):
+            i = next(i for i, turn_id in enumerate(ids) if turn_id in ids[:i])
+            raise ValueError(f"turns[{i}].turn_id {ids[i]!r} is duplicated: turn ids must be unique")
+        assistant = [turn for turn in self.turns if isinstance(turn, AssistantTurn)]
+        total_tokens = sum(len(t.prompt_token_ids) + len(t.completion_token_ids) for t in assistant)
         if total_tokens > MAX_SESSION_TOKENS:
             raise ValueError(f"session has {total_tokens} tokens, over the limit of {MAX_SESSION_TOKENS}")
-        if not any(isinstance(t, AssistantTurn) for t in self.turns):
+        if not assistant:
             raise ValueError("a session needs at least one assistant turn")
-        for name in ("outcome", "feedback"):
-            inline = getattr(self, name)
+        for name, inline in (("outcome", self.outcome), ("feedback", self.feedback)):
             if inline is not None and (inline.session_id != self.session_id or inline.tenant != self.tenant):
                 raise ValueError(f"in-line {name} must carry the session's session_id and tenant")
         return self

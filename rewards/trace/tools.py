@@ -64,7 +64,15 @@ def normal(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name).strip("_")
 
 
+@functools.cache
+def _keyset(keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(keys)
+
+
 def first(args: dict, keys: tuple[str, ...]) -> str | None:
+    """The first of ``keys`` (in their order) whose argument is a non-empty string."""
+    if args.keys().isdisjoint(_keyset(keys)):  # the usual case, decided without a Python loop
+        return None
     return next((args[k] for k in keys if isinstance(args.get(k), str) and args[k]), None)
 
 

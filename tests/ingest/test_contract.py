@@ -94,7 +94,8 @@ def test_length_mismatch_names_both_fields():
 
 
 @pytest.mark.parametrize(
-    "bad, expect", [(float("nan"), "finite"), (float("-inf"), "finite"), (0.5, "must be <= 0")]
+    "bad, expect",
+    [(float("nan"), "finite"), (float("-inf"), "finite"), (float("inf"), "finite"), (0.5, "must be <= 0")],
 )
 def test_logprobs_must_be_finite_and_nonpositive(bad, expect):
     obj = session_dict()
@@ -102,6 +103,12 @@ def test_logprobs_must_be_finite_and_nonpositive(bad, expect):
     raw = json.dumps(obj)  # json.dumps writes NaN/Infinity literally, as a careless producer would
     reason = reject(Session, raw)
     assert "behaviour_logprobs" in reason and expect in reason
+
+
+def test_logprobs_whose_sum_overflows_are_still_valid():
+    obj = session_dict()
+    assistant(obj)["behaviour_logprobs"][:2] = [-1e308, -1e308]  # each finite, their sum is not
+    assert parse(Session, json.dumps(obj)).assistant_turns()[0].behaviour_logprobs[:2] == [-1e308, -1e308]
 
 
 def test_logprob_as_string_is_a_type_error():
