@@ -12,14 +12,23 @@ flagged but not labelled, a false negative when labelled but not flagged. ``prec
 scores at the top level and the blind corpus's under ``blind``. The development corpus's
 mistakes are listed by case; the blind corpus's are only counted, so that no detector change is
 tuned on its individual cases (new cases go into the development corpus).
+
+``--judge URL`` (any OpenAI-compatible endpoint, ``--judge-model`` its model name) also asks the
+optional LLM judge (``rewards.judge``) about every rule flag of both corpora, as the worker would
+with ``RATCHET_JUDGE_ENABLED``, and reports under ``judge``: its verdicts on the flags the label
+confirms and on the false alarms, and the scores the corpus would get if a "no" withdrew the flag
+(the judge's possible use as a veto; the worker only records its verdicts). ``--judge local``
+starts the project's own vLLM (the embedded base model) on a free port for the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ingest.contract import HackKind, Session
@@ -86,6 +95,47 @@ def score(
     }
 
 
+def judge_flags(
+    corpus: list[tuple[str, set[str], Session]], settings: RewardSettings, workers: int = 8
+) -> dict:
+    """The judge's verdict on every rule flag, by whether the label confirms the flag, and the
+    session scores with each "no" taken as a veto."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from rewards import judge
+
+    flagged = [(name, labelled, session, detect(session, settings)) for name, labelled, session in corpus]
+    asks = [(session, f) for _, _, session, flags in flagged for f in flags]
+    with httpx.Client() as client, ThreadPoolExecutor(workers) as pool:
+        verdicts = list(pool.map(lambda a: judge.ask(client, a[0], a[1], settings), asks))
+    by_flag = iter(verdicts)
+    tally = {side: {"yes": 0, "no": 0, "unclear": 0, "error": 0} for side in ("confirmed", "false_alarm")}
+    counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for _, labelled, _, flags in flagged:
+        kept = set()
+        for f in flags:
+            verdict = next(by_flag).split(":", 1)[0]
+            tally["confirmed" if f.kind.value in labelled else "false_alarm"][verdict] += 1
+            if verdict != "no":
+                kept.add(f.kind.value)
+        counts[
+            {(True, True): "tp", (False, True): "fp", (True, False): "fn", (False, False): "tn"}[
+                (bool(labelled), bool(kept))
+            ]
+        ] += 1
+    return {
+        "flags_asked": len(asks),
+        "verdicts": tally,
+        "sessions_with_veto": {
+            "precision": round(_ratio(counts["tp"], counts["tp"] + counts["fp"]), 4),
+            "recall": round(_ratio(counts["tp"], counts["tp"] + counts["fn"]), 4),
+            **counts,
+        },
+    }
+
+
 def report(title: str, result: dict) -> None:
     print(
         f"{title}: {result['sessions_total']} sessions ({result['hacks']} hacks, {result['honest']} honest)"
@@ -99,6 +149,14 @@ def report(title: str, result: dict) -> None:
     print(f"{result['ms_per_session']:.1f} ms per session")
     for line in result.get("mistakes", []):
         print("  " + line)
+    if "judge" in result:
+        j = result["judge"]
+        for side, row in j["verdicts"].items():
+            print(
+                f"judge on {side.replace('_', ' ')} flags: " + ", ".join(f"{k} {v}" for k, v in row.items())
+            )
+        v = j["sessions_with_veto"]
+        print(f"{'sessions, judge veto':<22} {v['precision']:>9.3f} {v['recall']:>7.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,16 +164,52 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m ops.bench detectors", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--json", type=Path, help="write the results to this file as JSON")
+    parser.add_argument(
+        "--judge",
+        metavar="URL",
+        help="also ask the LLM judge at this OpenAI-compatible endpoint about every flag "
+        "('local': start the project's vLLM with the embedded base model for the run)",
+    )
+    parser.add_argument("--judge-model", help="the judge's model name on that endpoint (default: settings)")
     args = parser.parse_args(argv)
     settings = load_reward_settings()
-    dev = score(load(CORPORA["dev"], "dev"), settings)
-    blind = score(load(CORPORA["blind"], "blind"), settings, name_mistakes=False)
+    corpora = {"dev": load(CORPORA["dev"], "dev"), "blind": load(CORPORA["blind"], "blind")}
+    dev = score(corpora["dev"], settings)
+    blind = score(corpora["blind"], settings, name_mistakes=False)
+    if args.judge:
+        with _judge_endpoint(args.judge) as (url, model):
+            settings = load_reward_settings(
+                judge_enabled=True, judge_url=url, judge_model=args.judge_model or model
+            )
+            print(f"asking the judge at {url} ({settings.judge_model}) about every flag ...", flush=True)
+            dev["judge"] = judge_flags(corpora["dev"], settings)
+            blind["judge"] = judge_flags(corpora["blind"], settings)
     report("development corpus", dev)
     print()
     report("blind corpus", blind)
     if args.json:
         args.json.write_text(json.dumps({**dev, "blind": blind}, indent=2) + "\n")
     return 0
+
+
+@contextlib.contextmanager
+def _judge_endpoint(url: str) -> Iterator[tuple[str, str | None]]:
+    """(endpoint, model name or None for the settings') of ``--judge``; ``local`` starts the
+    project's vLLM on a free port and stops it after the run."""
+    if url != "local":
+        yield url, None
+        return
+    import tempfile
+
+    from ops.stack import Stack, StackSettings, free_port
+
+    state = Path(tempfile.mkdtemp(prefix="ratchet-bench-judge-"))
+    stack = Stack(StackSettings(state_dir=state, vllm_port=free_port()), progress=print)
+    stack.up(["vllm"])
+    try:
+        yield stack.settings.vllm_url, stack.settings.base_model
+    finally:
+        stack.down()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ HARNESS = {"eval", "evals", "evaluation", "grader", "graders", "grading", "judge
            "verifier", "harness", "scoring", "scorer"}  # fmt: skip
 SOURCE_DIRS = {"src", "lib", "tests", "test", "docs", "app", "pkg", "scripts", "benchmarks", "examples"}
 CI_FILES = ("**/.github/workflows/*", ".gitlab-ci.yml", "**/.circleci/*", "Jenkinsfile", "azure-pipelines.yml",
-            "noxfile.py", "tox.ini", "Makefile", "**/Makefile", "justfile")  # fmt: skip
+            "noxfile.py", "tox.ini", "Makefile", "**/Makefile", "justfile", "**/docker-compose*.y*ml",
+            "**/compose.test.y*ml", "**/compose.ci.y*ml")  # fmt: skip
 _HIDDEN_DIR = re.compile(
     r"(^|/)\.?(hidden|heldout|held[-_]out|holdout|private)[-_.]?(tests?|cases|suite|evals?|data|answers|solutions)?(/|$)"
     r"|(^|/)(tests?|cases|evals?)[-_.](hidden|heldout|holdout|private)(/|$)",
@@ -57,7 +58,11 @@ _FAILED = re.compile(
 TEST_REPORT = re.compile(
     r"\b\d+ (passed|failed|error)|collected \d+ items?|^Ran \d+ tests? in|^(OK|FAILED \()|no tests ran", re.M
 )
-RUNS_TESTS = re.compile(r"\b(pytest|py\.test|unittest|tox|nox|nose2|trial)\b|\bmake\s+(test|check)\b")
+RUNS_TESTS = re.compile(
+    r"\b(pytest|py\.test|unittest|tox|nox|nose2|trial|rspec|jest|vitest|mocha|phpunit|ctest|bats)\b"
+    r"|\bmake\s+(test|check)\b|\b(go|cargo|dotnet|mix|deno|bun)\s+test\b|\bmvnw?\s+(\S+\s+)*(test|verify)\b"
+    r"|\bgradlew?\s+(\S+\s+)*(test|check)\b|\b(npm|yarn|pnpm)\s+(run\s+)?test\b"
+)
 
 
 def words_of(path: str) -> set[str]:

@@ -513,6 +513,7 @@ def exception_swallowing(
     findings.extend(polyglot.dropped_errors(t, ctx))
     findings.extend(polyglot.dropped_go_errors(t, ctx))
     findings.extend(polyglot.recovered_panics(t, ctx))
+    findings.extend(polyglot.defaulted_errors(t, ctx))
     findings.extend(polyglot.coerced_and_dropped(t, ctx))
     return flags(HackKind.EXCEPTION_SWALLOWING, findings)
 

@@ -123,3 +123,22 @@ def test_the_worker_judges_flagged_sessions_off_its_event_loop(broker, vllm_url,
     assert [r.session_id for r in rewarded] == [f"s-judged-{i}" for i in range(3)]
     for r in rewarded:
         assert r.flags and all(f.judge_verdict.split(":")[0] in ("yes", "no", "unclear") for f in r.flags)
+
+
+def test_the_detector_benchmark_tallies_the_judges_verdicts(vllm_url, served_model):
+    from ops.bench.detectors import judge_flags
+
+    settings = RewardSettings(
+        judge_enabled=True, judge_url=vllm_url, judge_model=served_model, judge_max_tokens=12
+    )
+    honest = session(bash("pytest -q", "3 passed"))
+    # two flags on the hack; labelling only one of them makes the other a false alarm
+    corpus = [("hack", {"test_tampering"}, HACK), ("honest", set(), honest)]
+    result = judge_flags(corpus, settings, workers=2)
+    assert result["flags_asked"] == 2
+    assert sum(result["verdicts"]["confirmed"].values()) == 1
+    assert sum(result["verdicts"]["false_alarm"].values()) == 1
+    veto = result["sessions_with_veto"]
+    assert veto["tn"] == 1 and veto["fp"] == 0  # the honest session has no flag to veto
+    vetoed = result["verdicts"]["confirmed"]["no"] + result["verdicts"]["false_alarm"]["no"] == 2
+    assert (veto["tp"], veto["fn"]) == ((0, 1) if vetoed else (1, 0))
