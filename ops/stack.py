@@ -95,6 +95,11 @@ class StackSettings:
     # matrix product per adapter in the batch (ops/vllm_site: ~90x less time in LoRA on a prefill,
     # and no LoRA term on base-model tokens); "vllm": vLLM's own
     vllm_cpu_lora: str = "grouped"
+    # How long vLLM's engine core and worker poll their shared-memory rings (sched_yield loop) after a
+    # read before they block on a notification (ops/vllm_site/ratchet_engine_wait.py): vLLM's own 1 s
+    # keeps the engine core spinning through every model step, ~0.44 of a core on 2 cores taken from
+    # the processes beside it; 0 blocks at once. Negative: vLLM's own.
+    vllm_busy_loop_s: float = 0.0
     vllm_start_timeout_s: float = 300.0  # how long `up` waits for vLLM to answer
     # OpenAI tool calling on vLLM (tools with tool_choice auto/required): the parser that reads tool
     # calls out of the model's text ("" turns tool calling off), and the chat template that shows the
@@ -400,6 +405,7 @@ class Stack(Supervisor):
             "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75",
             "PYTHONFAULTHANDLER": "1",  # a stuck start dumps its threads to the log (see _wait_healthy)
             "RATCHET_VLLM_CPU_LORA": s.vllm_cpu_lora,
+            "RATCHET_VLLM_BUSY_LOOP_S": repr(float(s.vllm_busy_loop_s)),
             "PYTHONPATH": str(VLLM_SITE),  # ahead of the checkout (see _spawn)
         }
         return self._component(
