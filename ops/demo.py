@@ -207,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ledger-minutes",
         type=float,
-        default=5.0,
+        default=10.0,
         help="after the traffic, at most this long for the learner's ledger to hold every rewarded "
-        "session of the run (default 5)",
+        "session of the run (default 10: the learner trains what is not yet stale while the gate "
+        "evaluates beside it)",
     )
     parser.add_argument(
         "--eval-tasks",
