@@ -45,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ops.bench import machine
 from ops.bench._ratchet_arm import Promoter, answer_checked_simulator, wait_for_learner
 from ops.bench.learning_report import (
     Point,
@@ -53,7 +54,6 @@ from ops.bench.learning_report import (
     assemble,
     git_commit,
     heldout,
-    machine,
     pick,
 )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -163,11 +162,6 @@ def combine(reports: list[dict]) -> dict:
         "machine": [r.get("machine", {}) for r in reports],
         "combined_from": len(reports),
     }
-
-
-def machine() -> dict:
-    """What the numbers ran on: CPU count and load average (other work on the machine slows every arm)."""
-    return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
 def git_commit(repo: Path = REPO) -> dict:

@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
     import httpx
 
     from gating.tasks import CALCULATOR, sample_tasks
+    from ops.bench import finish
     from ops.model import prepare_model
     from ops.stack import QUIET_ENV, Stack, free_port
     from ops.stack import load_settings as stack_settings
@@ -116,9 +117,4 @@ def main(argv: list[str]) -> int:
     result["adapter_speedup_grouped_over_vllm"] = round(
         result["grouped"]["adapter"]["tokens_per_s"] / result["vllm"]["adapter"]["tokens_per_s"], 2
     )
-    result["machine"] = {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return finish(result, args.json)

@@ -160,6 +160,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
 
+    from ops.bench import finish
     from ops.model import prepare_model
     from ops.stack import QUIET_ENV, Stack, free_port
     from ops.stack import load_settings as stack_settings
@@ -228,9 +229,4 @@ def main(argv: list[str]) -> int:
                 say(json.dumps(row))
             finally:
                 stack.down()
-    result["machine"] = {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return finish(result, args.json)
