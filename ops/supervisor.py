@@ -137,6 +137,28 @@ def describe_processes(procs: list[psutil.Process]) -> str:
 # --- the supervisor ----------------------------------------------------------------
 
 
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``), or None where
+    there is no such file. Unlike a wall-clock start time, which is boot time + ticks with the boot
+    time worked out afresh from the clock on every call (so a clock adjustment moves it by a second
+    or more), it never changes while the process lives."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])  # field 22; the name in (...) may hold spaces
+
+
+def _same_start(proc: psutil.Process, record: dict) -> bool:
+    """Whether ``proc`` is the process a PID file recorded, not a later one that reused its PID:
+    the same start in ticks since boot, or (a record without them) within 2 s by the wall clock,
+    which an adjustment of the clock can move."""
+    ticks = record.get("start_ticks")
+    if ticks is not None:
+        return start_ticks(proc.pid) == ticks
+    return abs(proc.create_time() - record["create_time"]) < 2.0
+
+
 class Supervisor:
     def __init__(self, state_dir: Path, host: str, progress: Progress):
         """``host``: where components listen (a port taken there by another process is refused)."""
@@ -158,7 +180,7 @@ class Supervisor:
         try:
             info = json.loads(path.read_text())
             proc = psutil.Process(info["pid"])
-            if abs(proc.create_time() - info["create_time"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+            if _same_start(proc, info) and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except (ValueError, KeyError, psutil.Error):
             pass
@@ -241,6 +263,7 @@ class Supervisor:
         record = {
             "pid": popen.pid,
             "create_time": proc.create_time(),
+            "start_ticks": start_ticks(popen.pid),
             "url": comp.url,
             "argv": [str(a) for a in comp.argv],
         }

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ops.supervisor import Component, StackError, Supervisor, free_port, http_ok
+from ops.supervisor import Component, StackError, Supervisor, free_port, http_ok, start_ticks
 
 
 def web_server(name: str = "web") -> Component:
@@ -58,6 +58,29 @@ def test_a_pid_file_whose_process_is_not_the_one_started_is_dropped_never_killed
     (supervisor.state_dir / "run" / "stale.pid").write_text(json.dumps(record))
     assert not supervisor.alive("stale") and not supervisor.stop("stale")
     assert psutil.pid_exists(os.getpid()) and not (supervisor.state_dir / "run" / "stale.pid").exists()
+
+
+def test_a_clock_adjustment_does_not_orphan_a_running_component(supervisor):
+    """The wall-clock start time of a process is boot time + ticks, and the boot time is read from the
+    clock: adjusted by a second it no longer matches the PID file, which once left a component
+    running after its stop. The start in ticks since boot decides."""
+    supervisor.start(web_server())
+    pidfile = supervisor.state_dir / "run" / "web.pid"
+    record = json.loads(pidfile.read_text())
+    assert record["start_ticks"] == start_ticks(record["pid"]) is not None
+    record["create_time"] += 1.0  # what a clock adjustment makes of it
+    pidfile.write_text(json.dumps(record))
+    pid = record["pid"]
+    assert supervisor.alive("web") and supervisor.stop("web")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_reused_pid_with_the_recorded_wall_clock_time_is_still_not_ours(supervisor):
+    me = psutil.Process()
+    record = {"pid": me.pid, "create_time": me.create_time(), "start_ticks": start_ticks(me.pid) + 1}
+    (supervisor.state_dir / "run" / "reused.pid").write_text(json.dumps({**record, "url": "", "argv": []}))
+    assert not supervisor.alive("reused") and not supervisor.stop("reused")
+    assert psutil.pid_exists(os.getpid())
 
 
 def test_a_port_taken_by_another_process_is_refused(supervisor):
