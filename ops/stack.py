@@ -98,7 +98,8 @@ class StackSettings:
     # How long vLLM's engine core and worker poll their shared-memory rings (sched_yield loop) after a
     # read before they block on a notification (ops/vllm_site/ratchet_engine_wait.py): vLLM's own 1 s
     # keeps the engine core spinning through every model step, ~0.44 of a core on 2 cores taken from
-    # the processes beside it; 0 blocks at once. Negative: vLLM's own.
+    # the processes beside it; 0 blocks at once, and a blocked reader then rechecks its ring every
+    # 10 ms (vLLM's 5 s made every lost notification a 5 s stall). Negative: vLLM's own.
     vllm_busy_loop_s: float = 0.0
     vllm_start_timeout_s: float = 300.0  # how long `up` waits for vLLM to answer
     # OpenAI tool calling on vLLM (tools with tool_choice auto/required): the parser that reads tool

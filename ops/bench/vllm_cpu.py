@@ -2,10 +2,11 @@
 
 On a small machine vLLM shares its cores with the learner, the reward worker and the
 proxy, so a setting is judged twice: how fast vLLM serves, and how much CPU it leaves.
-For each ``--configs`` entry ``BIND/BUSY`` (``vllm_cpu_bind``, the OpenMP binding of the
-model worker: ``auto`` pins it to one core and reserves another, ``0-1`` uses both;
-``vllm_busy_loop_s``, how long the engine's processes poll before blocking: vLLM's own is
-1, -1 leaves it alone) a private vLLM is started, a rank-16 adapter on all seven
+For each ``--configs`` entry ``BIND/BUSY[/RECHECK_MS]`` (``vllm_cpu_bind``, the OpenMP
+binding of the model worker: ``auto`` pins it to one core and reserves another, ``0-1``
+uses both; ``vllm_busy_loop_s``, how long the engine's processes poll before blocking:
+vLLM's own is 1, -1 leaves it alone; with a busy loop >= 0, how often a blocked reader
+rechecks its ring, ``RATCHET_VLLM_RECHECK_MS``, 10 by default, vLLM's own 5000) a private vLLM is started, a rank-16 adapter on all seven
 projections is loaded under two names (the demo's recipe; vLLM's prefix cache is per adapter,
 so neither run finds the other's prompts cached), and the gate's target suite (48 held-out
 tasks x 3 samples, through the gate's harness) is run twice, once through each name: on an
@@ -13,7 +14,10 @@ otherwise idle machine, then beside ``--neighbours`` processes (one per core by 
 512x512 matrix products on one torch thread, as the learner does. Reported per config:
 ``seconds_alone``, ``seconds_beside`` and ``neighbour_share``, the neighbours' summed rate
 during the second run over their rate with the machine to themselves (measured first).
-Each run's completion tokens are reported too: every config samples the same requests,
+Still beside them, ``--sequential`` short requests (24 tokens, streamed) are sent one at a
+time, as a judge or a lone agent sends them: ``sequential_seconds`` for all of them and
+``longest_gap_s``, the longest wait between two streamed chunks (a step whose ring
+notification was lost waits for the recheck). Each run's completion tokens are reported too: every config samples the same requests,
 so their counts should agree within sampling noise.
 """
 
@@ -108,14 +112,47 @@ def _adapter(model_dir: Path, out: Path) -> Path:
     return out
 
 
-def parse_config(text: str) -> tuple[str, float]:
-    bind, sep, busy = text.rpartition("/")
-    if not sep or not bind:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected BIND/BUSY_LOOP_S, e.g. auto/0 or 0-1/-1")
+def parse_config(text: str) -> tuple[str, float, int | None]:
+    """``BIND/BUSY[/RECHECK_MS]`` -> (bind, busy_loop_s, recheck_ms or None for the default)."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected BIND/BUSY_LOOP_S[/RECHECK_MS], e.g. auto/0, 0-1/-1 or auto/0/5000"
+        )
     try:
-        return bind, float(busy)
+        busy = float(parts[1])
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: {busy!r} is not a number of seconds") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {parts[1]!r} is not a number of seconds") from None
+    if len(parts) == 2:
+        return parts[0], busy, None
+    if not parts[2].isdigit() or int(parts[2]) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: {parts[2]!r} is not a whole number of milliseconds >= 1")
+    return parts[0], busy, int(parts[2])
+
+
+def _sequential(url: str, model: str, n: int) -> tuple[float, float]:
+    """``n`` streamed 24-token requests one after another: (seconds for all, longest gap between chunks)."""
+    import httpx
+
+    longest, start = 0.0, time.monotonic()
+    with httpx.Client(timeout=600) as client:
+        for i in range(n):
+            body = {
+                "model": model,
+                "max_tokens": 24,
+                "temperature": 0,
+                "stream": True,
+                "messages": [
+                    {"role": "user", "content": f"Count from {i} to {i + 30}, one number per line."}
+                ],
+            }
+            last = time.monotonic()
+            with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                response.raise_for_status()
+                for _ in response.iter_lines():
+                    now = time.monotonic()
+                    longest, last = max(longest, now - last), now
+    return time.monotonic() - start, longest
 
 
 def _suite_seconds(
@@ -138,7 +175,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ops.bench vllm-cpu",
         description=__doc__.splitlines()[0],
-        epilog="Takes about 2.5 minutes per config on 2 cores; run it on an otherwise idle machine.",
+        epilog="Takes about 4 minutes per config on 2 cores; run it on an otherwise idle machine.",
     )
     parser.add_argument("--json", metavar="FILE", help="write the results here as JSON")
     parser.add_argument(
@@ -146,8 +183,14 @@ def main(argv: list[str]) -> int:
         nargs="+",
         type=parse_config,
         default=[parse_config(c) for c in DEFAULT_CONFIGS],
-        metavar="BIND/BUSY",
-        help=f"vllm_cpu_bind/vllm_busy_loop_s pairs (default {' '.join(DEFAULT_CONFIGS)})",
+        metavar="BIND/BUSY[/RECHECK_MS]",
+        help=f"vllm_cpu_bind/vllm_busy_loop_s[/recheck ms] (default {' '.join(DEFAULT_CONFIGS)})",
+    )
+    parser.add_argument(
+        "--sequential",
+        type=int,
+        default=40,
+        help="short requests sent one at a time beside the neighbours (default 40; 0: none)",
     )
     parser.add_argument(
         "--concurrency", type=int, default=12, help="requests in flight (default 12, the demo gate's)"
@@ -177,6 +220,7 @@ def main(argv: list[str]) -> int:
     base = stack_settings()
     model_dir = base.model_dir or prepare_model(base.cache_dir, say)
     result: dict = {"concurrency": args.concurrency, "suite": "target", "configs": []}
+    os.environ.pop("RATCHET_VLLM_RECHECK_MS", None)
     with tempfile.TemporaryDirectory(prefix="bench-vllm-cpu-") as tmp:
         adapter = _adapter(model_dir, Path(tmp) / "adapter")
         with Neighbours(args.neighbours) as alone:
@@ -185,7 +229,11 @@ def main(argv: list[str]) -> int:
             alone_rate = alone.rate(start, time.monotonic())
         result["neighbours"] = args.neighbours
         result["neighbour_rate_alone"] = round(alone_rate, 1)
-        for bind, busy in args.configs:
+        for bind, busy, recheck_ms in args.configs:
+            if recheck_ms is None:
+                os.environ.pop("RATCHET_VLLM_RECHECK_MS", None)
+            else:  # the private vLLM inherits this process's environment
+                os.environ["RATCHET_VLLM_RECHECK_MS"] = str(recheck_ms)
             settings = dataclasses.replace(
                 base,
                 state_dir=Path(tmp) / f"{bind}-{busy}",
@@ -217,13 +265,22 @@ def main(argv: list[str]) -> int:
                         settings.vllm_url, base.base_model, "beside", results, args.concurrency
                     )
                     share = beside.rate(start, time.monotonic()) / alone_rate
+                    sequential, gap = (
+                        _sequential(settings.vllm_url, base.base_model, args.sequential)
+                        if args.sequential
+                        else (None, None)
+                    )
                 row = {
                     "bind": bind,
                     "busy_loop_s": busy,
+                    "recheck_ms": recheck_ms,
                     "seconds_alone": round(alone, 1),
                     "seconds_beside": round(seconds, 1),
                     "neighbour_share": round(share, 3),
                     "completion_tokens": [tokens_alone, tokens_beside],
+                    "sequential": args.sequential,
+                    "sequential_seconds": sequential and round(sequential, 1),
+                    "longest_gap_s": gap and round(gap, 2),
                 }
                 result["configs"].append(row)
                 say(json.dumps(row))

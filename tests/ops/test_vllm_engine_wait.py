@@ -1,12 +1,16 @@
 """How long the local vLLM's engine processes poll before blocking (ops/vllm_site/ratchet_engine_wait.py):
 every SpinCondition of vLLM's shared-memory rings gets the configured ``busy_loop_s``, whatever its
-caller asked for, and a vLLM without that constructor argument is refused, not half-patched."""
+caller asked for, a blocked reader rechecks its ring every few milliseconds (a lost notification
+costs one short wait, not vLLM's 5 s), and a vLLM without those is refused, not half-patched."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +26,9 @@ def _module():
             self.args = (is_reader, context, notify_address)
             self.busy_loop_s = busy_loop_s
 
-    return types.SimpleNamespace(__name__="shm_broadcast", SpinCondition=SpinCondition)
+    return types.SimpleNamespace(
+        __name__="shm_broadcast", SpinCondition=SpinCondition, SHM_READER_RECHECK_INTERVAL_MS=5000
+    )
 
 
 def test_every_spin_condition_polls_the_configured_time():
@@ -33,6 +39,10 @@ def test_every_spin_condition_polls_the_configured_time():
     asked = module.SpinCondition(False, "ctx", "ipc://y", busy_loop_s=5)
     assert asked.busy_loop_s == 0.0 and asked.args == (False, "ctx", "ipc://y")
     assert module.RATCHET_BUSY_LOOP_S == 0.0
+    assert module.SHM_READER_RECHECK_INTERVAL_MS == ratchet_engine_wait.RECHECK_MS == 10
+    ratchet_engine_wait.patch(_module(), 0.0, recheck_ms=3)
+    with pytest.raises(ValueError, match="at least 1"):
+        ratchet_engine_wait.patch(_module(), 0.0, recheck_ms=0)
 
 
 def test_a_vllm_without_the_argument_is_refused():
@@ -44,6 +54,30 @@ def test_a_vllm_without_the_argument_is_refused():
         ratchet_engine_wait.patch(types.SimpleNamespace(__name__="shm", SpinCondition=SpinCondition), 0.0)
     with pytest.raises(RuntimeError, match="no SpinCondition"):
         ratchet_engine_wait.patch(types.SimpleNamespace(__name__="shm"), 0.0)
+    no_recheck = types.SimpleNamespace(__name__="shm", SpinCondition=_module().SpinCondition)
+    with pytest.raises(RuntimeError, match="SHM_READER_RECHECK_INTERVAL_MS"):
+        ratchet_engine_wait.patch(no_recheck, 0.0)
+
+
+@pytest.mark.parametrize(("busy", "recheck_ms"), [("0", 10), ("-1", 5000)])
+def test_a_blocked_reader_reads_what_a_lost_notification_announced(lazy_stack, busy, recheck_ms):
+    """vLLM's real ring, every notification dropped (its PUB socket drops them silently when it believes
+    the last one undelivered): the blocked reader still reads the message, its waits bounded by the
+    recheck, 10 ms with the hook and vLLM's own 5 s without it (-1)."""
+    from ops.stack import _bootstrap_python
+
+    python = lazy_stack.settings.vllm_python or _bootstrap_python("vllm")
+    env = {k: v for k, v in os.environ.items() if k != "RATCHET_VLLM_RECHECK_MS"} | {
+        "PYTHONPATH": str(VLLM_SITE),
+        "RATCHET_VLLM_BUSY_LOOP_S": busy,
+        "RATCHET_VLLM_CPU_LORA": "vllm",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+    }
+    script = Path(__file__).parent / "data" / "lost_notify.py"
+    out = subprocess.run([str(python), str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"read": [{"step": 1}], "max_timeout_ms": recheck_ms, "patched": busy == "0"}
 
 
 @pytest.mark.parametrize(("value", "patched"), [("0", True), ("0.25", True), ("-1", False), ("", False)])
@@ -60,11 +94,17 @@ def test_the_local_vllm_blocks_instead_of_spinning(lazy_stack, vllm_url):
     would have refused to start: the hook raises inside its import)."""
     assert lazy_stack.settings.vllm_busy_loop_s == 0.0
     log = lazy_stack.stack.log_path("vllm").read_text(errors="replace")
-    assert "ratchet: engine rings poll 0 s before blocking" in log
+    assert "ratchet: engine rings poll 0 s before blocking, recheck every 10 ms" in log
 
 
 @pytest.mark.parametrize(
-    ("text", "parsed"), [("auto/0", ("auto", 0.0)), ("0-1/-1", ("0-1", -1.0)), ("0,1/0.5", ("0,1", 0.5))]
+    ("text", "parsed"),
+    [
+        ("auto/0", ("auto", 0.0, None)),
+        ("0-1/-1", ("0-1", -1.0, None)),
+        ("0,1/0.5", ("0,1", 0.5, None)),
+        ("auto/0/5000", ("auto", 0.0, 5000)),
+    ],
 )
 def test_the_bench_reads_bind_and_busy_loop_pairs(text, parsed):
     from ops.bench.vllm_cpu import parse_config
@@ -72,11 +112,11 @@ def test_the_bench_reads_bind_and_busy_loop_pairs(text, parsed):
     assert parse_config(text) == parsed
 
 
-@pytest.mark.parametrize("text", ["auto", "/0", "auto/fast"])
+@pytest.mark.parametrize("text", ["auto", "/0", "auto/fast", "auto/0/0", "auto/0/soon", "auto/0/10/1"])
 def test_the_bench_refuses_a_malformed_pair(text):
     import argparse
 
     from ops.bench.vllm_cpu import parse_config
 
-    with pytest.raises(argparse.ArgumentTypeError, match="BIND/BUSY_LOOP_S|not a number"):
+    with pytest.raises(argparse.ArgumentTypeError, match="BIND/BUSY_LOOP_S|not a number|milliseconds"):
         parse_config(text)
