@@ -6,7 +6,8 @@ For each ``--configs`` entry ``BIND/BUSY[/RECHECK_MS]`` (``vllm_cpu_bind``, the 
 binding of the model worker: ``auto`` pins it to one core and reserves another, ``0-1``
 uses both; ``vllm_busy_loop_s``, how long the engine's processes poll before blocking:
 vLLM's own is 1, -1 leaves it alone; with a busy loop >= 0, how often a blocked reader
-rechecks its ring, ``RATCHET_VLLM_RECHECK_MS``, 10 by default, vLLM's own 5000) a private vLLM is started, a rank-16 adapter on all seven
+rechecks its ring, ``RATCHET_VLLM_RECHECK_MS``, 10 by default, vLLM's own 5000) a private
+vLLM is started, a rank-16 adapter on all seven
 projections is loaded under two names (the demo's recipe; vLLM's prefix cache is per adapter,
 so neither run finds the other's prompts cached), and the gate's target suite (48 held-out
 tasks x 3 samples, through the gate's harness) is run twice, once through each name: on an
@@ -17,7 +18,8 @@ during the second run over their rate with the machine to themselves (measured f
 Still beside them, ``--sequential`` short requests (24 tokens, streamed) are sent one at a
 time, as a judge or a lone agent sends them: ``sequential_seconds`` for all of them and
 ``longest_gap_s``, the longest wait between two streamed chunks (a step whose ring
-notification was lost waits for the recheck). Each run's completion tokens are reported too: every config samples the same requests,
+notification was lost waits for the recheck). Each run's completion tokens are reported
+too: every config samples the same requests,
 so their counts should agree within sampling noise.
 """
 
