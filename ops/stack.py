@@ -99,8 +99,11 @@ class StackSettings:
     # read before they block on a notification (ops/vllm_site/ratchet_engine_wait.py): vLLM's own 1 s
     # keeps the engine core spinning through every model step, ~0.44 of a core on 2 cores taken from
     # the processes beside it; 0 blocks at once, and a blocked reader then rechecks its ring every
-    # 10 ms (vLLM's 5 s made every lost notification a 5 s stall). Negative: vLLM's own.
+    # vllm_recheck_ms (vLLM's 5 s made every lost notification a 5 s stall). Negative: vLLM's own.
     vllm_busy_loop_s: float = 0.0
+    # With the busy loop set (>= 0): how often a blocked ring reader looks at its ring for a message
+    # whose notification was lost (vLLM's notifications are best effort; its own recheck: 5000 ms)
+    vllm_recheck_ms: int = 10
     vllm_start_timeout_s: float = 300.0  # how long `up` waits for vLLM to answer
     # OpenAI tool calling on vLLM (tools with tool_choice auto/required): the parser that reads tool
     # calls out of the model's text ("" turns tool calling off), and the chat template that shows the
@@ -116,6 +119,10 @@ class StackSettings:
             raise ValueError(f"topology: {self.topology!r} is not one of {', '.join(TOPOLOGIES)}")
         if not 0 <= self.vllm_nice <= 19:
             raise ValueError(f"vllm_nice: {self.vllm_nice} is not a niceness from 0 to 19")
+        if self.vllm_recheck_ms < 1:
+            raise ValueError(
+                f"vllm_recheck_ms: {self.vllm_recheck_ms} is not a positive number of milliseconds"
+            )
 
     @property
     def production(self) -> bool:
@@ -407,6 +414,7 @@ class Stack(Supervisor):
             "PYTHONFAULTHANDLER": "1",  # a stuck start dumps its threads to the log (see _wait_healthy)
             "RATCHET_VLLM_CPU_LORA": s.vllm_cpu_lora,
             "RATCHET_VLLM_BUSY_LOOP_S": repr(float(s.vllm_busy_loop_s)),
+            "RATCHET_VLLM_RECHECK_MS": str(s.vllm_recheck_ms),
             "PYTHONPATH": str(VLLM_SITE),  # ahead of the checkout (see _spawn)
         }
         return self._component(

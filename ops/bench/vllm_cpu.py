@@ -6,7 +6,7 @@ For each ``--configs`` entry ``BIND/BUSY[/RECHECK_MS]`` (``vllm_cpu_bind``, the 
 binding of the model worker: ``auto`` pins it to one core and reserves another, ``0-1``
 uses both; ``vllm_busy_loop_s``, how long the engine's processes poll before blocking:
 vLLM's own is 1, -1 leaves it alone; with a busy loop >= 0, how often a blocked reader
-rechecks its ring, ``RATCHET_VLLM_RECHECK_MS``, 10 by default, vLLM's own 5000) a private
+rechecks its ring, ``vllm_recheck_ms``, 10 by default, vLLM's own 5000) a private
 vLLM is started, a rank-16 adapter on all seven
 projections is loaded under two names (the demo's recipe; vLLM's prefix cache is per adapter,
 so neither run finds the other's prompts cached), and the gate's target suite (48 held-out
@@ -222,7 +222,6 @@ def main(argv: list[str]) -> int:
     base = stack_settings()
     model_dir = base.model_dir or prepare_model(base.cache_dir, say)
     result: dict = {"concurrency": args.concurrency, "suite": "target", "configs": []}
-    os.environ.pop("RATCHET_VLLM_RECHECK_MS", None)
     with tempfile.TemporaryDirectory(prefix="bench-vllm-cpu-") as tmp:
         adapter = _adapter(model_dir, Path(tmp) / "adapter")
         with Neighbours(args.neighbours) as alone:
@@ -232,10 +231,6 @@ def main(argv: list[str]) -> int:
         result["neighbours"] = args.neighbours
         result["neighbour_rate_alone"] = round(alone_rate, 1)
         for bind, busy, recheck_ms in args.configs:
-            if recheck_ms is None:
-                os.environ.pop("RATCHET_VLLM_RECHECK_MS", None)
-            else:  # the private vLLM inherits this process's environment
-                os.environ["RATCHET_VLLM_RECHECK_MS"] = str(recheck_ms)
             settings = dataclasses.replace(
                 base,
                 state_dir=Path(tmp) / f"{bind}-{busy}",
@@ -245,6 +240,7 @@ def main(argv: list[str]) -> int:
                 s3_port=free_port(),
                 vllm_cpu_bind=bind,
                 vllm_busy_loop_s=busy,
+                vllm_recheck_ms=recheck_ms or base.vllm_recheck_ms,
             )
             stack = Stack(settings, progress=say)
             try:
@@ -275,7 +271,7 @@ def main(argv: list[str]) -> int:
                 row = {
                     "bind": bind,
                     "busy_loop_s": busy,
-                    "recheck_ms": recheck_ms,
+                    "recheck_ms": settings.vllm_recheck_ms,
                     "seconds_alone": round(alone, 1),
                     "seconds_beside": round(seconds, 1),
                     "neighbour_share": round(share, 3),

@@ -21,7 +21,7 @@ busy processes on 2 cores the engine core and the worker were often both found w
 for the other, each with a message in its ring: streamed 24-token requests, one at a
 time beside two one-thread torch loops, took 82-112 s each with gaps of 5-10 s between
 tokens (1.5-1.7 s with vLLM's spinning). With the busy loop patched, the recheck is
-``recheck_ms`` (10 ms; ``RATCHET_VLLM_RECHECK_MS``): the same requests took 1.7 s at the
+``recheck_ms`` (10 ms; the stack's ``vllm_recheck_ms``): the same requests took 1.7 s at the
 median, no gap over 0.25 s; an idle reader wakes 100 times a second to read one flag.
 """
 

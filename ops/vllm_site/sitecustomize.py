@@ -24,7 +24,7 @@ def _grouped_lora(module):
 def _engine_wait(module):
     import ratchet_engine_wait
 
-    recheck = os.environ.get("RATCHET_VLLM_RECHECK_MS")  # for experiments; the module's default otherwise
+    recheck = os.environ.get("RATCHET_VLLM_RECHECK_MS")  # the stack's vllm_recheck_ms
     kwargs = {"recheck_ms": int(recheck)} if recheck else {}
     ratchet_engine_wait.patch(module, float(os.environ["RATCHET_VLLM_BUSY_LOOP_S"]), **kwargs)
 

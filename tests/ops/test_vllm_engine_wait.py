@@ -120,3 +120,32 @@ def test_the_bench_refuses_a_malformed_pair(text):
 
     with pytest.raises(argparse.ArgumentTypeError, match="BIND/BUSY_LOOP_S|not a number|milliseconds"):
         parse_config(text)
+
+
+@pytest.mark.parametrize("recheck_ms", [10, 250])
+def test_the_stack_hands_its_recheck_to_every_replica(tmp_path, recheck_ms):
+    """``vllm_recheck_ms`` reaches each replica's environment, which the site hook reads."""
+    import dataclasses
+
+    from ops.stack import Stack, load_settings
+
+    settings = dataclasses.replace(
+        load_settings(),
+        state_dir=tmp_path,
+        model_dir=tmp_path / "model",
+        vllm_python=Path(sys.executable),
+        vllm_recheck_ms=recheck_ms,
+    )
+    env = Stack(settings)._vllm("vllm", 8000).env
+    assert env["RATCHET_VLLM_RECHECK_MS"] == str(recheck_ms)
+    assert env["RATCHET_VLLM_BUSY_LOOP_S"] == "0.0"
+
+
+@pytest.mark.parametrize("recheck_ms", [0, -5])
+def test_the_stack_refuses_a_recheck_that_is_not_positive(recheck_ms):
+    import dataclasses
+
+    from ops.stack import load_settings
+
+    with pytest.raises(ValueError, match="vllm_recheck_ms"):
+        dataclasses.replace(load_settings(), vllm_recheck_ms=recheck_ms)
