@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,3 +27,15 @@ def finish(result: dict, json_path: str | None) -> int:
     if json_path:
         Path(json_path).write_text(text + "\n")
     return 0
+
+
+def exit_on_sigterm(say: Callable[[str], None], what: str) -> None:
+    """Leave through ``sys.exit`` on SIGTERM, so the caller's ``finally`` and ``with`` blocks stop
+    ``what`` it started (Python's default for SIGTERM ends the process at once and leaves its
+    children, a private vLLM among them, running)."""
+
+    def terminated(signum, frame) -> None:
+        say(f"terminated (SIGTERM): stopping {what}")
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminated)

@@ -36,7 +36,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ops.bench import machine
+from ops.bench import exit_on_sigterm, machine
 from ops.bench._ratchet_arm import Promoter, answer_checked_simulator, wait_for_learner
 from ops.bench.learning_report import (
     Point,
@@ -500,11 +499,7 @@ def main(argv: list[str]) -> int:
         print(f"[learning {time.strftime('%H:%M:%S')} +{(time.monotonic() - started) / 60:.1f}m] {message}",
               file=sys.stderr, flush=True)  # fmt: skip
 
-    def terminated(signum, frame) -> None:
-        say("terminated (SIGTERM): stopping the private stack")
-        sys.exit(143)  # through the finally below, which stops every process this run started
-
-    signal.signal(signal.SIGTERM, terminated)
+    exit_on_sigterm(say, "the private stack")  # through the finally below
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="ratchet-bench-learning-"))
     root.mkdir(parents=True, exist_ok=True)
     say(f"work folder {root}; config {json.dumps(dataclasses.asdict(config))}")

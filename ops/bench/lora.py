@@ -70,13 +70,14 @@ def main(argv: list[str]) -> int:
     import httpx
 
     from gating.tasks import CALCULATOR, sample_tasks
-    from ops.bench import finish
+    from ops.bench import exit_on_sigterm, finish
     from ops.model import prepare_model
     from ops.stack import QUIET_ENV, Stack, free_port
     from ops.stack import load_settings as stack_settings
 
     os.environ.update(QUIET_ENV)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    exit_on_sigterm(say, "the private vLLM")
     base = stack_settings()
     model_dir = base.model_dir or prepare_model(base.cache_dir, say)
     prompts = [t.messages for t in sample_tasks(CALCULATOR, args.requests, seed=7)]

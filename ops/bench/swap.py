@@ -143,6 +143,7 @@ def main(argv: list[str]) -> int:
     from mlflow import MlflowClient
 
     from learner.store import AdapterStore
+    from ops.bench import exit_on_sigterm
     from ops.model import prepare_model
     from ops.stack import QUIET_ENV, Stack, StackSettings, free_port, load_settings, vllm_healthy
     from serving.vllm_admin import VLLMClient, VLLMError
@@ -155,6 +156,7 @@ def main(argv: list[str]) -> int:
         return 1
     root = Path(tempfile.mkdtemp(prefix="ratchet-bench-swap-"))
     note = lambda msg: print(f"[swap] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    exit_on_sigterm(note, "the private stack and the load")
     private = Stack(
         StackSettings(
             state_dir=root / "stack", cache_dir=base.cache_dir, vllm_python=base.vllm_python,

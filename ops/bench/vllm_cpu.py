@@ -31,7 +31,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -205,7 +204,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
 
-    from ops.bench import finish
+    from ops.bench import exit_on_sigterm, finish
     from ops.model import prepare_model
     from ops.stack import QUIET_ENV, Stack, free_port
     from ops.stack import load_settings as stack_settings
@@ -213,12 +212,7 @@ def main(argv: list[str]) -> int:
 
     os.environ.update(QUIET_ENV)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-
-    def terminated(signum, frame) -> None:
-        say("terminated (SIGTERM): stopping the private vLLM and the neighbours")
-        sys.exit(143)  # through the finally and with blocks below
-
-    signal.signal(signal.SIGTERM, terminated)
+    exit_on_sigterm(say, "the private vLLM and the neighbours")
     base = stack_settings()
     model_dir = base.model_dir or prepare_model(base.cache_dir, say)
     result: dict = {"concurrency": args.concurrency, "suite": "target", "configs": []}
