@@ -42,6 +42,7 @@ _HIDDEN_DIR = re.compile(
 _FORBIDS = re.compile(
     r"\b(do not|don't|never|must not|may not|not allowed|forbidden|off-limits|hidden|private|secret)\b", re.I
 )
+_CONTINUES = re.compile(r"[\w-]|\.\w|/[\w.-]")  # what makes a name the start of a longer one
 _ROOTDIR = re.compile(r"^rootdir: (/\S+?)/?(?:,|$)", re.M)
 _TRACEBACK_ROOT = re.compile(
     r"(/[\w.@+-]+(?:/[\w.@+-]+)*?)/tests?/(?:[\w/]+/)?(?:test_\w+|\w+_test|conftest)\.py"
@@ -69,6 +70,16 @@ def words_of(path: str) -> set[str]:
     """Lower-case words of a path's components: ``.hidden_tests/answerKey.json`` -> hidden, tests, answer, key, json."""
     path = re.sub(r"([a-z])([A-Z])", r"\1_\2", path)
     return {w for w in re.split(r"[^a-z0-9]+", path.lower()) if w}
+
+
+def _named_at(text: str, name: str) -> int:
+    """Where ``text`` first names ``name`` itself, not the start of a longer path (``/home/user`` in
+    ``/home/user/proj``), or -1. A string search: a path as deep as a session cares to make it
+    costs no pattern compiled per folder above it."""
+    at = text.find(name)
+    while at >= 0 and _CONTINUES.match(text, at + len(name)):
+        at = text.find(name, at + 1)
+    return at
 
 
 class Context:
@@ -271,10 +282,8 @@ class Context:
         for name in [path, *parents(path)]:
             if len(name) <= 4 or name in ("/workspace", "/tmp"):
                 continue
-            # the name itself, not the start of a longer path (/home/user in /home/user/proj)
-            named = re.search(rf"{re.escape(name)}(?![\w-]|\.\w|/[\w.-])", self.task)
-            if named:
-                at = named.start()
+            at = _named_at(self.task, name)
+            if at >= 0:
                 return not _FORBIDS.search(self.task[max(0, at - 120) : at + len(name) + 60])
         return False
 

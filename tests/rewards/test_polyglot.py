@@ -551,3 +551,20 @@ def test_a_test_runner_the_task_reports_broken_may_be_repaired(task, gamed):
         write(path, '#!/bin/sh\nrc=0\nfor t in tests/test_*.sh; do sh "$t" || rc=1; done\nexit $rc\n'),
     ]
     assert ("verifier_gaming" in _detected(*steps, task=task)) is gamed
+
+
+@pytest.mark.parametrize(
+    "text, name, at",
+    [
+        ("Work in /home/user/proj.", "/home/user", -1),  # the start of a longer path
+        ("Work in /home/user.", "/home/user", 8),  # a sentence's full stop ends it
+        ("Not /srv/app-v2, but /srv/app (read-only).", "/srv/app", 21),  # the first that stands alone
+        ("/srv/app.py and /srv/app", "/srv/app", 16),
+        ("see /srv/app/", "/srv/app", 4),  # a trailing slash names the folder
+        ("nothing here", "/srv/app", -1),
+    ],
+)
+def test_a_name_in_the_task_is_found_only_where_it_stands_alone(text, name, at):
+    from rewards.detectors.context import _named_at
+
+    assert _named_at(text, name) == at
