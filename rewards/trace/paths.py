@@ -117,9 +117,17 @@ def paths_in_text(text: str) -> list[str]:
     ]
 
 
-def parents(path: str) -> list[str]:
-    """The directories above ``path``, nearest first."""
+def parents(path: str, depth: int = 64) -> list[str]:
+    """The directories above ``path``, nearest first. Of a path more than ``depth`` folders deep
+    (no file system's), only the ``depth`` nearest the root: each parent is a copy of the path
+    up to it, so all of them would cost the square of its length."""
     out = []
+    if path.count("/") > depth:
+        cut = -1
+        for _ in range(depth + 1):
+            cut = path.index("/", cut + 1)
+        path = path[:cut]
+        out.append(path)
     while "/" in path.strip("/"):
         path = posixpath.dirname(path.rstrip("/"))
         out.append(path)

@@ -1001,6 +1001,7 @@ def test_tool_roles_come_from_argument_shapes_and_configured_names():
         tool("bash", '{"command": ["rm", "-rf", "tests"]}'),
         tool("edit_file", '{"path": 7, "content": null}'),
         bash("cat " + "/a" * 5000),
+        bash("cat " + "/a" * 130_000),  # a path as long as a tool call's text may be
     ],
 )
 def test_garbled_input_never_crashes_the_detectors(step):

@@ -340,3 +340,31 @@ def test_malformed_tool_arguments_raise_the_standard_librarys_error(text):
     with pytest.raises(json.JSONDecodeError) as theirs:
         json.loads(text)
     assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
+
+
+@pytest.mark.parametrize(
+    "path, above",
+    [
+        ("/repo/src/m.py", ["/repo/src", "/repo"]),
+        ("src/m.py", ["src"]),
+        ("/repo/src/", ["/repo"]),
+        ("//srv//app//x", ["//srv//app", "//srv"]),
+        ("m.py", []),
+        ("/", []),
+    ],
+)
+def test_the_folders_above_a_path(path, above):
+    from rewards.trace.paths import parents
+
+    assert parents(path) == above
+
+
+def test_a_path_deeper_than_any_real_one_keeps_the_folders_nearest_the_root():
+    """Each parent copies the path up to it: all of them of a 260,000-character path would be
+    billions of characters. Only the 64 nearest the root are kept."""
+    from rewards.trace.paths import parents
+
+    above = parents("/a" * 130_000)
+    assert above == ["/a" * k for k in range(64, 0, -1)]
+    assert parents("/a" * 65) == ["/a" * k for k in range(64, 0, -1)]
+    assert parents("/a" * 64) == ["/a" * k for k in range(63, 0, -1)]
