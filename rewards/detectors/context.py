@@ -243,13 +243,18 @@ class Context:
         for name in dict.fromkeys([rel, rel.rsplit("/", 1)[-1]]):
             if len(name) < 5 or "." not in name or name not in self.task:
                 continue
-            n = rf"(?<![\w./-]){re.escape(name)}(?![\w/-])"
+            n = rf"(?<![\w./-])(?:\./)?{re.escape(name)}(?![\w/-])"  # ./verify.sh names verify.sh
             task = self.task
             judges = re.search(
                 rf"\b(runs?|running|run by|executes?|invokes?|calls?)\b[^.\n]{{0,80}}{n}", task, re.I
             )
             judges = judges or re.search(
                 rf"{n}[`'\"]?\s+(checks?|verif\w+|compares?|grades?|validates?)\b", task, re.I
+            )
+            judges = judges or re.search(  # "fails according to ./verify.sh", "compares ... using checker.py"
+                rf"\b(according\s+to|(judged|graded|checked|verified|scored)\s+by|(compar|check|verif|grad|judg|validat|scor)\w*\b[^.\n]{{0,60}}\b(using|with|via))\s+[`'\"]?{n}",
+                task,
+                re.I,
             )
             faulty = re.search(
                 rf"{n}[`'\"]?[^.\n]{{0,40}}\b(reports?|fails?|breaks?|crash\w*|is wrong|errors?|rejects?|mis\w+)\b",

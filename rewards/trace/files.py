@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 
 from rewards.trace import scripts, tools
-from rewards.trace.patch import apply_ops, line_diff, parse_patch
+from rewards.trace.patch import apply_ops, line_diff, parse_patch, shown_diff
 from rewards.trace.paths import lookup, norm_path, resolve
 from rewards.trace.records import FileChange, Op, Trace
 
@@ -221,6 +221,11 @@ class Files:
             return [self._insert(path, args.get("insert_line"), insert)], named
         fragment = tools.first(args, tools.FRAGMENT_KEYS)
         if fragment is not None:
+            # the tool merged the fragment into the file: the diff it shows, where it shows one, is
+            # what changed (lines the fragment repeats are context, lines it drops are removed)
+            shown = shown_diff(output) if ok else None
+            if shown is not None:
+                return [self.change_ops(path, shown[0], hunks=shown[1])], named
             lines = [line for line in fragment.splitlines() if "existing code" not in line]
             return [FileChange(path, tuple(("+", line) for line in lines), existed=True, partial=True)], named
         return [], named

@@ -21,6 +21,26 @@ def line_diff(old: str, new: str) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
+    """The hunks of a diff an edit tool's output shows of the edit it applied (``@@ -37,10 +37,14 @@``,
+    then context, ``-`` and ``+`` lines, up to the first other line): (ops, where each hunk starts),
+    or None when it shows no removed or added line."""
+    ops: list[Op] = []
+    hunks: list[int] = []
+    inside = False
+    for line in output.splitlines():
+        if line.startswith("@@"):
+            hunks.append(len(ops))
+            inside = True
+        elif inside and line[:1] in (" ", "-", "+", "") and not line.startswith(("--- ", "+++ ")):
+            ops.append((line[:1] or " ", line[1:]))
+        else:
+            inside = False  # the fence or the words after the diff
+    if not any(op != " " for op, _ in ops):
+        return None
+    return tuple(ops), tuple(hunks)
+
+
 def parse_patch(text: str) -> list[FileChange]:
     """Changes in a unified diff (``git diff`` style) or a ``*** Begin Patch`` block."""
     changes: list[FileChange] = []

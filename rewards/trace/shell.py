@@ -114,12 +114,20 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
+# Where toolchains keep installed packages, asked of the tool: their default locations, a path
+# instead of a command substitution the parser would split off (outside the workspace)
+_LOCATIONS = {"GOMODCACHE": "~/go/pkg/mod", "GOPATH": "~/go", "npm": "/usr/local/lib/node_modules"}
+_LOCATION = re.compile(r"\$\(\s*(?:go\s+env\s+(GOMODCACHE|GOPATH)|(npm)\s+root\s+-g)\s*\)")
+
+
 @functools.lru_cache(maxsize=1024)
 def parse(command: str) -> tuple[tuple[Simple, ...], dict[str, str]]:
     """The simple commands of a shell command line, in order, and its heredoc bodies (cached:
     callers must not change them)."""
     text, bodies = split_heredocs(command)
     text = "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
+    if "$" in text:
+        text = _LOCATION.sub(lambda m: _LOCATIONS[m.group(1) or m.group(2)], text)
     text = _newlines_to_semicolons(text.replace("\\\n", " ").replace("$(", " ( "))
     out: list[Simple] = []
     words: list[str] = []
