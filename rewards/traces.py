@@ -69,6 +69,9 @@ class TraceSettings:
     traces_experiment: str = "ratchet-sessions"  # MLflow experiment of the session traces
     traces_topic: str = topics.REWARDED  # where rewarded sessions are read
     traces_group: str = "ratchet-traces"  # the exporter's consumer group
+    # consumer group session timeout: how soon a dead exporter's partitions move to another one (a
+    # new group on Tansu forms after half of it; librdkafka's default, 45 s, took 24 s)
+    traces_session_timeout_s: float = 10.0
     traces_batch_max: int = 200  # records read per batch
     traces_feedback_poll_s: float = 30.0  # how often human assessments are forwarded as feedback
     traces_feedback_scan: int = 500  # most recent traces scanned for new human assessments
@@ -292,6 +295,10 @@ class TraceExporter:
 
         if not 0.0 <= settings.traces_sample_rate <= 1.0:
             raise ConfigError(f"traces_sample_rate must be in [0, 1], got {settings.traces_sample_rate}")
+        if settings.traces_session_timeout_s < 1:
+            raise ConfigError(
+                f"traces_session_timeout_s must be at least 1, got {settings.traces_session_timeout_s}"
+            )
         self.settings, self.progress = settings, progress
         mlflow.set_tracking_uri(settings.mlflow_url)
         experiment = mlflow.get_experiment_by_name(settings.traces_experiment)
@@ -303,6 +310,8 @@ class TraceExporter:
                 settings.kafka_bootstrap,
                 **{
                     "group.id": settings.traces_group,
+                    "session.timeout.ms": int(settings.traces_session_timeout_s * 1000),
+                    "heartbeat.interval.ms": max(100, int(settings.traces_session_timeout_s * 1000 / 3)),
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                 },

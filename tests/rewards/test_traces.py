@@ -45,6 +45,7 @@ def exporter(broker, mlflow_url):
         traces_topic=topic,
         traces_group=f"traces-{uuid.uuid4().hex[:8]}",
         traces_experiment=f"sessions-{uuid.uuid4().hex[:8]}",
+        traces_session_timeout_s=4.0,
     )
     made = [TraceExporter(settings, progress=lambda m: None)]
     yield settings, made
@@ -221,3 +222,17 @@ def test_the_exporter_runs_as_a_stage_with_health_and_stops_on_sigterm(broker, m
         proc.kill()
     assert proc.returncode == 0, out
     assert "traces: stopped" in out
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("traces_sample_rate", 1.5, "traces_sample_rate must be in"),
+        ("traces_session_timeout_s", 0.0, "at least 1"),
+    ],
+)
+def test_an_exporter_refuses_settings_it_cannot_run_with(field, value, says):
+    from ingest.config import ConfigError
+
+    with pytest.raises(ConfigError, match=says):
+        TraceExporter(TraceSettings(**{field: value}), progress=lambda m: None)
