@@ -68,7 +68,9 @@ class Evaluator:
         return Policy(BASE, self.settings.base_model, role="champion")
 
     @contextlib.contextmanager
-    def loaded(self, stored: StoredAdapter | None, like: StoredAdapter, role: Role) -> Iterator[Policy]:
+    def loaded(
+        self, stored: StoredAdapter | None, like: StoredAdapter | None, role: Role
+    ) -> Iterator[Policy]:
         """The policy on vLLM under a temporary versioned name: an adapter, or the base model.
 
         With ``zero_adapter_base`` the base model is served through an all-zero
@@ -80,7 +82,12 @@ class Evaluator:
             yield self.base
             return
         label = stored.version if stored else BASE
-        path = stored.path if stored else zero_adapter(like.path, self.settings.gate_dir / "zero-adapters")
+        zeros = self.settings.gate_dir / "zero-adapters"
+        path = (
+            stored.path
+            if stored
+            else zero_adapter(like.path if like else None, zeros, self.settings.model_dir)
+        )
         name = f"gate-{label}-{uuid.uuid4().hex[:8]}"
         self.harness.load_adapter(name, path)
         try:
@@ -124,6 +131,46 @@ class Evaluator:
                     out.drift |= self._drift(suite, cand, champ, candidate, champion)
                     out.timings[suite.name] = {"candidate": round(time.monotonic() - start, 2)}
         return out
+
+    def champion_todo(self, champion: StoredAdapter | None) -> list[Suite]:
+        """What a comparison against ``champion`` would sample of it that is not on disk yet, in
+        the order it would: the target's rounds (in the comparison's task order), then the other
+        task suites a round's worth of tasks at a time (drift samples only the candidate)."""
+        s = self.settings
+        policy = (
+            Policy(champion.version, "", champion.manifest.content_hash, "champion")
+            if champion
+            else Policy(BASE, "", None, "champion")
+        )
+        todo = []
+        for suite in self.suites:
+            if suite.config.kind == "drift":
+                continue
+            tasks = suite.tasks
+            if suite.name == "target" and s.sequential:
+                by_id = {t.task_id: t for t in tasks}
+                tasks = [by_id[i] for i in task_order(list(by_id), s.gate_seed)]
+            done = self.harness.cached(policy, suite)
+            for begin, end in rounds(len(tasks), s.round_tasks):
+                part = [t for t in tasks[begin:end] if t.task_id not in done]
+                if part:
+                    todo.append(Suite(suite.config, part, suite.content_hash))
+        return todo
+
+    def prefetch(self, champion: StoredAdapter | None, like: StoredAdapter | None) -> bool:
+        """Sample the next slice of :meth:`champion_todo` (one round's tasks of one suite); whether
+        anything is left after it. A comparison against ``champion`` then finds these results on
+        disk and samples only its candidate."""
+        todo = self.champion_todo(champion)
+        if not todo:
+            return False
+        part = todo[0]
+        with self.loaded(champion, like, "champion") as champ:
+            self.say(
+                f"ahead of the next candidate: {champ.label} as champion on {len(part.tasks)} {part.name} tasks"
+            )
+            self.harness.run_all([(champ, part)])
+        return len(todo) > 1
 
     def _target_rounds(self, target: Suite, cand: Policy, champ: Policy, out: Measured) -> Outcome:
         """Score the target round by round until its sequential verdict is not "continue" (or the
@@ -198,7 +245,8 @@ class Evaluator:
         return self._scorer
 
 
-def zero_adapter(like: Path, root: Path) -> Path:
-    """An adapter shaped like ``like`` with every weight zero: the base model, served as an adapter
+def zero_adapter(like: Path | None, root: Path, model_dir: Path | None = None) -> Path:
+    """An adapter shaped like ``like`` (or, without one, a rank-1 one shaped from the base model in
+    ``model_dir``) with every weight zero: the base model, served as an adapter
     (``learner.store.zero_adapter``, the one builder the gate and the serving controller share)."""
-    return _zero_adapter(root, like=like)
+    return _zero_adapter(root, like=like, model_dir=None if like else model_dir)

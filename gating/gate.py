@@ -10,6 +10,11 @@ from the log, so a crash anywhere converges on a re-run: results already on
 disk are reused, the MLflow run is found again by its decision id, a version
 already decided returns its logged decision, and :meth:`Gate.reconcile` moves
 the aliases.
+
+While no candidate waits, ``ratchet gate run`` samples the champion ahead of its
+next comparison, a round of tasks at a time (``prefetch_champion``): the results
+are the champion's own as champion, on disk like any others, so the comparison
+that follows samples only the candidate.
 """
 
 from __future__ import annotations
@@ -35,14 +40,14 @@ from gating.canary import (
 )
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
 from gating.evaluation import Evaluator, GateError, Measured
-from gating.harness import Harness, Policy
+from gating.harness import Harness, HarnessError, Policy
 from gating.metrics import summary
 from gating.records import Registry, read_decision_key
 from gating.rule import Reason, decide
 from gating.runs import Ruling, evaluation_run, ruling_run
 from gating.settings import GateSettings
 from gating.suites import SUITES_DIR, load_suite
-from learner.store import VERSION_RE, AdapterStore, StoredAdapter, TamperedAdapter, version_number
+from learner.store import VERSION_RE, AdapterStore, StoredAdapter, StoreError, TamperedAdapter, version_number
 
 
 class Gate:
@@ -336,4 +341,21 @@ class Gate:
                     last=entry.decision,
                 )
                 self.say(f"{version}: {entry.decision} (champion {entry.state.champion or BASE})")
+            if not pending and self.settings.prefetch_champion and not stop.is_set() and self.prefetch():
+                continue  # a slice of the champion done: look for a candidate before the next one
             stop.wait(self.settings.poll_interval_s)
+
+    def prefetch(self) -> bool:
+        """Sample one more slice of the champion ahead of its next comparison (see
+        ``Evaluator.prefetch``); whether a slice was sampled. A failure is reported, not raised: the
+        comparison samples what is missing itself."""
+        champion_version = self.log.state().champion
+        try:
+            champion = self.store.verify(champion_version) if champion_version else None
+            if not self.evaluator.champion_todo(champion):
+                return False
+            self.evaluator.prefetch(champion, self.store.latest())
+            return True
+        except (HarnessError, GateError, StoreError, TamperedAdapter) as exc:
+            self.say(f"measuring the champion ahead of its next comparison failed: {exc}")
+            return False

@@ -246,6 +246,11 @@ class Harness:
         """Where ``policy``'s results on ``suite`` are cached: per role, so a champion is measured afresh."""
         return self.results_dir / policy.role / policy.key / f"{suite.key.replace('#', '-')}.jsonl"
 
+    def cached(self, policy: Policy, suite: Suite) -> set[str]:
+        """Ids of the tasks of ``suite`` whose results for ``policy`` are on disk."""
+        ids = {t.task_id for t in suite.tasks}
+        return {r["task_id"] for r in _read_jsonl(self.results_path(policy, suite))} & ids
+
     def run(self, policy: Policy, suite: Suite) -> list[TaskResult]:
         """Results for every task of ``suite``, in suite order; tasks already on disk are not re-run."""
         return self.run_all([(policy, suite)])[0]

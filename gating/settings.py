@@ -83,6 +83,11 @@ class GateSettings:
     review_port: int = 18400  # port of `ratchet gate serve`
     review_token: str = ""  # bearer token; the review API refuses to start without one
     poll_interval_s: float = 10.0  # `ratchet gate run`: how often to look for new versions
+    # `ratchet gate run`, while no candidate waits: measure the champion ahead of its next comparison,
+    # a round of tasks at a time (its own sample as champion, used by the comparisons that follow,
+    # never one that selected it), so that a candidate's evaluation samples only the candidate; on a
+    # machine where vLLM serves traffic too, that sampling takes its share while no gate decision is due
+    prefetch_champion: bool = False
     # `ratchet gate run`: evaluate only the newest undecided version, skipping older ones the learner
     # has already superseded (they stay undecided; `ratchet gate evaluate VERSION` decides one by hand)
     latest_only: bool = False

@@ -183,3 +183,25 @@ def test_a_clear_loser_is_rejected_on_the_targets_rounds_before_the_other_suites
     assert {r["suite"] for r in rows} == {"target"}
     assert len(rows) == 2 * entry.metrics["target.tasks"]  # candidate and champion, task for task
     assert gate.log.state() == State("v1", "v2")
+
+
+def test_the_champion_measured_ahead_is_what_the_next_comparison_uses(make_gate, tmp_path):
+    """While no candidate waits, the gate samples the champion a round at a time; the comparison that
+    follows samples only its candidate and reads the champion's results as they were written."""
+    gate = make_gate(results_dir=tmp_path / "results", suites=("target",), required_suites=("target",))
+    todo = gate.evaluator.champion_todo(None)
+    assert [len(part.tasks) for part in todo] == [8, 8, 8]  # the target's rounds, in scoring order
+    slices = 0
+    while gate.prefetch():
+        slices += 1
+    assert slices == 3 and gate.evaluator.champion_todo(None) == [] and not gate.prefetch()
+    (champion_file,) = (tmp_path / "results" / "champion").rglob("*.jsonl")
+    sampled_ahead = champion_file.read_text()
+    assert len(read_jsonl(champion_file)) == 24
+
+    entry = gate.evaluate("v1")
+    assert entry.decision == "promote", entry.reasons
+    assert champion_file.read_text() == sampled_ahead  # nothing of the champion sampled again
+    (candidate_file,) = (tmp_path / "results" / "candidate").rglob("*.jsonl")
+    assert len(read_jsonl(candidate_file)) == entry.metrics["target.tasks"]
+    assert gate.evaluator.champion_todo(gate.store.verify("v1"))  # the new champion: not yet measured
