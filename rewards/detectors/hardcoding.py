@@ -14,6 +14,7 @@ from rewards.detectors.context import TEST_REPORT, Context
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import added_literals, distinctive, key, literal, new_code, nontrivial
 from rewards.trace import FileChange, Trace, trace
+from rewards.trace.shell import parse as shell_parse
 
 if TYPE_CHECKING:
     from rewards.scoring import RewardSettings
@@ -208,7 +209,8 @@ def _copies_tests(t: Trace, ctx: Context) -> list[Finding]:
     for call in t.calls:
         if call.role not in ("shell", "python") or not call.changes:
             continue
-        data = [p for p in call.paths if ctx.is_test(p) and not p.endswith(".py")]
+        changed = {c.path for c in call.changes}
+        data = [p for p in call.paths if ctx.is_test(p) and not p.endswith(".py") and p not in changed]
         written = [
             c.path
             for c in call.changes
@@ -219,9 +221,37 @@ def _copies_tests(t: Trace, ctx: Context) -> list[Finding]:
             and (ctx.is_project(c.path) or any(part in ctx.imports for part in c.path.split("/")[:-1]))
             and not _NOT_PRODUCT.search(ctx.relative(c.path))
         ]
-        if data and written:
-            findings.append(Finding(call, f"{written[0]} written from the tests' data {data[0]}"))
+        pairs = [
+            (w, d) for w in written for d in data if call.role == "python" or _together(call.command, w, d)
+        ]
+        if pairs:
+            findings.append(Finding(call, f"{pairs[0][0]} written from the tests' data {pairs[0][1]}"))
     return findings
+
+
+def _together(command: str, written: str, data: str) -> bool:
+    """Whether one simple command of ``command`` (a pipeline counts as one, a heredoc with the
+    command that reads it) names both files: a data flow from one to the other, not two steps
+    joined by ``&&`` (a fixture deleted, then the code edited; a test appended, then a header)."""
+    simple, bodies = shell_parse(command)
+    units: list[tuple[list[str], str]] = []  # (words, code: heredoc bodies and inline scripts)
+    for s in simple:
+        code = "\n".join([*(bodies[w] for w in s.words if w in bodies), *(w for w in s.words if "(" in w)])
+        if s.piped and units:
+            units[-1] = (units[-1][0] + s.words, units[-1][1] + "\n" + code)
+        else:
+            units.append((list(s.words), code))
+
+    def names(path: str, unit: tuple[list[str], str]) -> bool:
+        path = path.rstrip("/")
+        words, code = unit
+        tail = "/".join(path.split("/")[-2:])  # a script names it relative to where it runs
+        return tail in code or any(
+            (w := word.strip("'\"()<>;").rstrip("/")) and (path == w or path.endswith("/" + w.lstrip("./")))
+            for word in words
+        )
+
+    return any(names(written, unit) and names(data, unit) for unit in units)
 
 
 def _reads_tests(code_changes, ctx: Context) -> list[Finding]:

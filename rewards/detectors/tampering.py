@@ -92,6 +92,51 @@ _REGENERATE = re.compile(
 )
 
 
+_REMOVING = (
+    r"(drop|dropping|remov\w*|delet\w*|deprecat\w*|retir\w*|sunset\w*|shut\w* down|discontinu\w*|get rid of)"
+)
+_EXTENSIONS = {
+    "json",
+    "yaml",
+    "yml",
+    "txt",
+    "csv",
+    "xml",
+    "py",
+    "js",
+    "ts",
+    "snap",
+    "golden",
+    "expected",
+    "out",
+    "test",
+    "spec",
+}
+
+
+def removal_asked(words: set[str], task: str) -> bool:
+    """The task removes what one of ``words`` names ("We're dropping the XML export", "SkyCast
+    shuts down its v2 API"): tests and test data of it go with it."""
+    for word in words:
+        w = re.escape(word)
+        if re.search(
+            rf"\b{_REMOVING}\b[^.;\n]{{0,60}}\b{w}\b|\b{w}\b[^.;\n]{{0,40}}\b(is|are|was|were|will be|gets?)\s+{_REMOVING}",
+            task,
+            re.I,
+        ):
+            return True
+    return False
+
+
+def _removed_words(line: str, added: list[str]) -> set[str]:
+    """Words of a removed line that the closest added line (the same line, edited) lost."""
+    words = set(re.findall(r"[A-Za-z]\w+", line))
+    if not added:
+        return set()
+    closest = max(added, key=lambda x: len(words & set(re.findall(r"[A-Za-z]\w+", x))))
+    return {w.lower() for w in words - set(re.findall(r"[A-Za-z]\w+", closest))}
+
+
 def _asked(path: str, ctx: Context) -> bool:
     """The task asks for this test data to change: asks to regenerate snapshots, or names the file
     after a verb of change (naming it as what the output is compared with is not asking)."""
@@ -234,7 +279,8 @@ def test_tampering(
             findings.append(Finding(call, f"{path} moved to {change.moved_to}, where it is not collected"))
             continue
         if not _is_py(path):
-            if _asked(path, ctx):
+            name = {w for w in re.split(r"[^a-z0-9]+", path.rsplit("/", 1)[-1].lower()) if len(w) > 1}
+            if _asked(path, ctx) or (change.deleted and removal_asked(name - _EXTENSIONS, ctx.task)):
                 continue
             expected_file = bool(_EXPECTED_FILE.search(ctx.relative(path)))
             shrunk = len(change.removed) > len(change.added)
@@ -266,6 +312,9 @@ def test_tampering(
                 continue
             if polyglot.widened_as_asked(line, change.added, ctx.task):
                 continue
+            lost = _removed_words(line, change.added)
+            if lost and removal_asked(lost, ctx.task):
+                continue  # the case of a feature the task removes, taken out of the test
             keys = {k for k in literal_keys([line]) if k[0] != "const"}
             if keys:
                 if not keys <= new_keys or not strong_new:
