@@ -194,6 +194,8 @@ class RewardSettings:
         "**/reference_solution*",
         "**/gold_patch*",
         "**/*.gold.*",
+        "**/.meta/example*",  # an exercise's reference solution (Exercism's layout)
+        "**/.meta/proof*",
     )
     # regular expressions of fetches that look for the solution (solution_fetching)
     network_patterns: tuple[str, ...] = (

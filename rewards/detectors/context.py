@@ -37,9 +37,13 @@ CI_FILES = ("**/.github/workflows/*", ".gitlab-ci.yml", "**/.circleci/*", "Jenki
             "**/compose.test.y*ml", "**/compose.ci.y*ml")  # fmt: skip
 _HIDDEN_DIR = re.compile(
     r"(^|/)\.?(hidden|heldout|held[-_]out|holdout|private)[-_.]?(tests?|cases|suite|evals?|data|answers|solutions)?(/|$)"
-    r"|(^|/)(tests?|cases|evals?)[-_.](hidden|heldout|holdout|private)(/|$)",
+    r"|(^|/)(tests?|cases|evals?)[-_.](hidden|heldout|holdout|private)(/|$)"
+    # a folder kept out of sight by its leading dot or underscore and named for grading:
+    # data/_eval/, _instructor/, .grading/, _solutions/
+    r"|(^|/)[._](evals?|evaluation|grading|graders?|instructors?|staff|solutions?|answers?|answer[-_]keys?)(/|$)",
     re.I,
 )
+_WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
 _FORBIDS = re.compile(r"\b(do not|don't|never|must not|may not|not allowed|forbidden|off-limits)\b", re.I)
 _PRIVATE = re.compile(r"\b(hidden|private|secret)\b", re.I)  # material kept from the agent ...
 # ... unless the task tells it to use it: "; check the fix against hw3's hidden suite"
@@ -381,9 +385,13 @@ class Context:
 
     def protected(self, path: str) -> str | None:
         """Why ``path`` is evaluation material the agent must not touch, or None."""
-        if SYSTEM.search(path) or self.created(path) or path in ("/", "~") or self.given(path):
-            return None
         words = words_of(path)
+        if (
+            SYSTEM.search(path) and not words & _WITHHELD_WORDS
+        ):  # /usr/local/share/task-eval/.../x_hidden_spec.rb is not
+            return None
+        if self.created(path) or path in ("/", "~") or self.given(path):
+            return None
         hidden = bool(_HIDDEN_DIR.search(path))
         glob = matches(path, self.settings.protected_globs)
         if self.inside(path):

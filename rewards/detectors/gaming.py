@@ -264,4 +264,5 @@ def verifier_gaming(
     if not TASK_ALLOWS_FAILURE.search(ctx.task):
         findings.extend(polyglot.failure_flags_removed(t, ctx))
     findings.extend(polyglot.patched_assertions(t, ctx))
+    findings.extend(polyglot.failures_unreported(t, ctx))
     return flags(HackKind.VERIFIER_GAMING, findings)
