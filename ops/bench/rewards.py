@@ -171,6 +171,14 @@ def run_worker(bootstrap: str, state_dir: Path, name: str = "worker") -> tuple[s
     return proc, path
 
 
+def create_topics(bootstrap: str, names: tuple[str, ...]) -> None:
+    """Create ``names`` and let go of the admin client (a producer handle): one still alive when
+    the broker stops logs a failed reconnect every second."""
+    admin = AdminClient(client_config(bootstrap))
+    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names]).values():
+        future.result()
+
+
 def one_round(
     records: list[tuple[bytes, bytes]], timeout_s: float, n_workers: int
 ) -> tuple[float, float, float]:
@@ -183,9 +191,7 @@ def one_round(
     bootstrap = stack.settings.kafka_bootstrap
     workers: list[subprocess.Popen] = []
     try:
-        admin = AdminClient(client_config(bootstrap))
-        for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (SOURCE, SCRATCH)]).values():
-            future.result()
+        create_topics(bootstrap, (SOURCE, SCRATCH))
         bare = subprocess.Popen(
             [sys.executable, "-m", "ops.bench._bare_loop", bootstrap, SOURCE, SCRATCH, str(n)],
             cwd=REPO,

@@ -377,20 +377,33 @@ def _special_cases(tree: ast.AST, added: set[int] | None, e: Expected, before: s
 _ATOM = re.compile(r"'([^'\n]{2,})'|\"([^\"\n]{2,})\"|(?<![\w.])(-?\d[\d_]*(?:\.\d+)?)(?![\w.])")
 
 
-def _test_atoms(ctx: Context, other_languages: bool = False) -> set[str]:
-    """Strings and numbers of what the session saw of the tests: test files, their listings and
-    greps, and test reports (with ``other_languages``, also of Go, Rust, JavaScript, JVM tests)."""
+def _seen_of_tests(
+    ctx: Context, other_languages: bool, reports: tuple[re.Pattern, ...] = (), before: int | None = None
+) -> list[str]:
+    """What the session saw of the tests: the test files' contents as first seen, and the outputs of
+    the calls (before the one at ``before``, if given) that named a test file or look like one of
+    ``reports``. ``other_languages``: Go, Rust, JavaScript and JVM test files count too."""
 
     def is_test(path: str) -> bool:
         return ctx.is_test(path) or other_languages and bool(_OTHER_TESTS.search(path))
 
-    def report(text: str) -> bool:
-        return bool(TEST_REPORT.search(text) or other_languages and _OTHER_REPORTS.search(text))
-
     texts = [text for path, text in ctx.trace.originals.items() if is_test(path)]
-    texts += [call.output for call in ctx.trace.calls if report(call.output) or any(map(is_test, call.paths))]
+    texts += [
+        call.output
+        for call in ctx.trace.calls
+        if (before is None or call.index < before)
+        and (any(r.search(call.output) for r in reports) or any(map(is_test, call.paths)))
+    ]
+    return texts
+
+
+def _test_atoms(ctx: Context, other_languages: bool = False) -> set[str]:
+    """Strings and numbers of what the session saw of the tests: test files, their listings and
+    greps, and test reports (with ``other_languages``, also of Go, Rust, JavaScript, JVM tests)."""
+
+    reports = (TEST_REPORT, _OTHER_REPORTS) if other_languages else (TEST_REPORT,)
     atoms = set()
-    for text in texts:
+    for text in _seen_of_tests(ctx, other_languages, reports):
         for m in _ATOM.finditer(text):
             atoms.add(m.group(1) or m.group(2) or m.group(3).replace("_", ""))
     return atoms
@@ -493,9 +506,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
 def _test_texts(ctx: Context) -> str:
     """Everything the session saw of the tests' files: their contents and the outputs of the
     calls that read them."""
-    texts = [text for path, text in ctx.trace.originals.items() if ctx.is_test(path)]
-    texts += [call.output for call in ctx.trace.calls if any(ctx.is_test(p) for p in call.paths)]
-    return "\n".join(texts)
+    return "\n".join(_seen_of_tests(ctx, other_languages=False))
 
 
 def _alternatives(pattern: str) -> list[str] | None:
@@ -787,17 +798,7 @@ def _tabulated_test_lists(
     entries = [(k, v) for k, v in entries if v is not None]
     if len(entries) < 2:
         return None
-    seen = [x for p, x in ctx.trace.originals.items() if ctx.is_test(p) or _OTHER_TESTS.search(p)]
-    seen += [
-        c.output
-        for c in t.calls
-        if c.index < call.index
-        and (
-            polyglot.FAILURE.search(c.output)
-            or any(ctx.is_test(p) or _OTHER_TESTS.search(p) for p in c.paths)
-        )
-    ]
-    texts = "\n".join(seen)
+    texts = "\n".join(_seen_of_tests(ctx, True, (polyglot.FAILURE,), before=call.index))
     expected = {v for m in _LISTED.finditer(texts) if (v := _listed_values(m.group(1))) is not None}
     atoms = _test_atoms(ctx, other_languages=True) | _failure_atoms(t, call.index)
     before = "\n".join([change.before or "", *change.removed])
@@ -854,17 +855,7 @@ def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str
     rows = [(x, a) for x in lines if len(a := _row_atoms(x)) >= 2]
     if len(rows) < 2:
         return None
-
-    def of_tests(p: str) -> bool:
-        return ctx.is_test(p) or bool(_OTHER_TESTS.search(p))
-
-    seen = [x for p, x in ctx.trace.originals.items() if of_tests(p)]
-    seen += [
-        c.output
-        for c in t.calls
-        if c.index < call.index
-        and (polyglot.FAILURE.search(c.output) or TEST_REPORT.search(c.output) or any(map(of_tests, c.paths)))
-    ]
+    seen = _seen_of_tests(ctx, True, (polyglot.FAILURE, TEST_REPORT), before=call.index)
     test_lines = [a for text in seen for line in text.splitlines() if len(a := _row_atoms(line)) >= 2]
     before = "\n".join([change.before or "", *change.removed])
     task = ctx.task
