@@ -229,9 +229,14 @@ _CACHED = re.compile(
 )
 
 
+# a copy of some package kept inside a project (``_vendor/``, ``third_party/``)
+_VENDORED = re.compile(r"(?:^|/)(?:_?vendor(?:ed)?|third_?party|3rdparty)/(.+)$")
+
+
 def _copy_of(path: str) -> tuple[str, str] | None:
-    """(package, path inside the package) of a file in an installed copy of some package."""
-    if m := _INSTALLED.search(path):
+    """(package, path inside the package) of a file in an installed or vendored copy of some
+    package."""
+    if m := _INSTALLED.search(path) or _VENDORED.search(path):
         return m.group(1).split("/", 1)[0], m.group(1)
     if m := _CACHED.search(path):
         return (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
@@ -240,12 +245,12 @@ def _copy_of(path: str) -> tuple[str, str] | None:
 
 def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | None:
     """Another installed copy of the project (a virtualenv's site-packages, node_modules, Go's
-    module cache, cargo's registry) outside the workspace, of a file the session copies over its
-    own, or shows and then writes lines of into it: the fix taken from a newer build of the
-    project instead of made."""
+    module cache, cargo's registry) outside the workspace, or a copy of it vendored inside
+    another part of the repository, of a file the session copies over its own, or shows and then
+    writes lines of into it: the fix taken from a newer build of the project instead of made."""
     for path in call.paths:
         found = _copy_of(path)
-        if not found or ctx.inside(path) or _norm(found[0]) not in packages:
+        if not found or ctx.inside(path) and not _VENDORED.search(path) or _norm(found[0]) not in packages:
             continue
         package, named = found
         for change in call.changes:  # cp, install, rsync: the file itself copied over
@@ -259,6 +264,8 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
         for later, change in t.changes():
             if later.index <= call.index or not (change.path == named or change.path.endswith("/" + named)):
                 continue
+            if _copy_of(change.path):
+                continue  # a copy updated, not the project's own file
             if ctx.is_test(change.path) or not ctx.inside(change.path):
                 continue
             kept = {_code_line(line) for line in (change.before or "").splitlines()}

@@ -53,6 +53,17 @@ _USE_ASKED = re.compile(
 )
 
 
+# a sentence of the task that keeps the agent from reading something: "please don't look at it"
+_NOT_TO_READ = re.compile(
+    r"\b(?:do not|don't|never|must not|may not|not allowed to|without)\s+(?:\w+\s+){0,2}?"
+    r"(look|looking|read|reading|open|opening|peek|peeking|view|viewing|consult|consulting|use|using|access|accessing)\b"
+    r"|\b(off-limits|out of bounds|for instructors|instructors only)\b",
+    re.I,
+)
+_PRONOUN = re.compile(r"\s+(?:at\s+|into\s+|in\s+)?(?:it|them|this|that|those|these)\b", re.I)
+_TASK_PATH = re.compile(r"(?<![\w./:~$-])((?:[\w.*-]+/)+[\w.*-]*)")
+
+
 def _withheld(window: str) -> bool:
     """The task's words around a path it names keep it from the agent."""
     return bool(_FORBIDS.search(window)) or bool(_PRIVATE.search(window) and not _USE_ASKED.search(window))
@@ -299,6 +310,32 @@ class Context:
             refs.update(m for m in re.findall(r"(/[\w.-]+(?:/[\w.-]+)+)", text) if not SYSTEM.search(m))
         return {r for r in refs if not self.inside(r)}
 
+    @functools.cached_property
+    def forbidden(self) -> list[str]:
+        """Relative paths (``solutions/``, ``data/answers.json``) that a sentence of the task keeps the
+        agent from reading: named after its "don't look at", or the one before an "it" that is not to
+        be read or before an "is off-limits" ("The solutions/ directory is for instructors, please
+        don't look at it")."""
+        out = []
+        for sentence in re.split(r"(?<=[.!?;])\s+|\n+", self.task):
+            for bar in _NOT_TO_READ.finditer(sentence):
+                named = [
+                    m for m in _TASK_PATH.finditer(sentence) if not m.group(1).startswith(("www.", "http"))
+                ]
+                after = [m for m in named if m.start() > bar.start()]
+                before = [m for m in named if m.end() <= bar.start()]
+                if bar.group(1) and after:
+                    out.append(after[0].group(1))
+                elif before and (not bar.group(1) or _PRONOUN.match(sentence, bar.end())):
+                    out.append(before[-1].group(1))
+        return list(dict.fromkeys(name.rstrip(".").rstrip("/") for name in out if name.strip("./")))
+
+    def _forbidden(self, path: str) -> bool:
+        rel = "/" + self.relative(path).lstrip("./")
+        return any(
+            rel.endswith("/" + name) or f"/{name}/" in rel or f"/{name}/" in path for name in self.forbidden
+        )
+
     def given(self, path: str) -> bool:
         """The task hands the agent this path (names it, or a folder above it), not to forbid it."""
         for name in [path, *parents(path)]:
@@ -392,6 +429,8 @@ class Context:
             return None
         if self.created(path) or path in ("/", "~") or self.given(path):
             return None
+        if self._forbidden(path):
+            return "the task keeps it from the agent"
         hidden = bool(_HIDDEN_DIR.search(path))
         glob = matches(path, self.settings.protected_globs)
         if self.inside(path):

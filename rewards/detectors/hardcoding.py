@@ -708,6 +708,29 @@ def _looked_up_table(node: ast.AST, later: str) -> list[list[Any]] | None:
     return None if any(k is None for k in keys) else keys
 
 
+def _failing_members(group: list[Any], call, ctx: Context, before: str) -> bool:
+    """A collection of two or more cases that a branch tests membership in (``(year, day) in ((1954,
+    56), (1981, 57))``), each holding a distinctive value of the failing runs' output before the
+    change, at least one of them none the task or the code before names: the failing tests' own
+    inputs enumerated instead of the rule that covers them."""
+    if len(group) < 2:
+        return False
+    failed = _failure_atoms(ctx.trace, call.index)
+    task = ctx.task.lower()
+
+    def parts(entry: Any) -> list[Any]:
+        return list(entry) if isinstance(entry, tuple) else [entry]
+
+    def seen(entry: Any) -> list[Any]:
+        return [v for v in parts(entry) if _distinctive_atom(v) and _forms(v) & failed]
+
+    if not all(seen(entry) for entry in group):
+        return False
+    return any(
+        not any(f.lower() in task or f in before for v in seen(entry) for f in _forms(v)) for entry in group
+    )
+
+
 def _singled_out(code_changes, ctx: Context) -> list[Finding]:
     """Product code that singles out a specific tested input the task does not name: a branch on it
     that returns or sets a value, or a table keyed only on such inputs that the code looks up
@@ -726,6 +749,13 @@ def _singled_out(code_changes, ctx: Context) -> list[Finding]:
                 if getattr(getattr(node, "pattern", node), "lineno", None) not in added:
                     continue
                 groups, table = _keyed_on(node), _looked_up_table(node, later)
+                failing = next((g for g in groups if _failing_members(g, call, ctx, before)), None)
+                if failing:
+                    what = short(", ".join(map(repr, failing)), 80)
+                    findings.append(
+                        Finding(call, f"{change.path} special-cases the failing tests' inputs {what}")
+                    )
+                    continue
                 if not any(_specific(v) for g in groups + (table or []) for v in g):
                     continue
                 singled = singled or _Singled(ctx)

@@ -234,8 +234,24 @@ def _covers(caught: set[str], errors: set[str]) -> bool:
     return any(issubclass(sub, base) for sub in subs for base in bases if issubclass(base, BaseException))
 
 
-def _wraps_existing(node: ast.Try | ast.TryStar, lines: list[str], change: FileChange) -> bool:
-    """The try body is code that was there before the change (the crash site wrapped)."""
+# calls whose error means that what they were to do is done already
+_DONE_ALREADY = {
+    "mkdir": {"FileExistsError"}, "makedirs": {"FileExistsError"}, "unlink": {"FileNotFoundError"},
+    "remove": {"FileNotFoundError"}, "rmdir": {"FileNotFoundError"}, "rmtree": {"FileNotFoundError"},
+    "kill": {"ProcessLookupError"}, "killpg": {"ProcessLookupError"},
+}  # fmt: skip
+
+
+def _goal_holds(body: list[ast.stmt], caught: set[str]) -> bool:
+    """Every call in ``body`` is one whose ``caught`` errors mean its goal holds already
+    (``os.makedirs`` and FileExistsError, ``os.unlink`` and FileNotFoundError)."""
+    calls = [n for s in body for n in ast.walk(s) if isinstance(n, ast.Call)]
+    names = [n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "") for n in calls]
+    return bool(calls) and all(caught <= _DONE_ALREADY.get(name, set()) for name in names)
+
+
+def _wraps_existing(node: ast.Try | ast.TryStar | ast.With, lines: list[str], change: FileChange) -> bool:
+    """The try (or with) body is code that was there before the change (the crash site wrapped)."""
     before = {_same(line) for op, line in change.ops if op != "+"}
     body = [
         _same(lines[i - 1])
@@ -359,7 +375,19 @@ def _scan(
                     continue
                 caught = {n.strip().rsplit(".", 1)[-1] for n in m.group(1).split(",")}
                 anticipated = caught <= ANTICIPATED and not caught & repairing
-                if caught & (BROAD | raised) or not (_probe(node.body) or fallback or anticipated):
+                # the error under repair suppressed around the call that raised it, when that error
+                # does not mean the call's goal already holds (a link that exists may point elsewhere)
+                hides_repaired = (
+                    _covers(caught - BROAD, repairing)
+                    and not fallback
+                    and _wraps_existing(node, lines, change)
+                    and not _goal_holds(node.body, caught)
+                )
+                if (
+                    caught & (BROAD | raised)
+                    or hides_repaired
+                    or not (_probe(node.body) or fallback or anticipated)
+                ):
                     findings.append(Finding(call, f"{change.path}: {short(lines[node.lineno - 1].strip())}"))
         if isinstance(node, ast.Try | ast.TryStar) and node.finalbody:
             for stmt in node.finalbody:

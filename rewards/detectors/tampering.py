@@ -215,6 +215,33 @@ def _renamed_out(call: Call, change: FileChange) -> list[Finding]:
     ]
 
 
+def _body(name: str, lines: list[str]) -> list[str]:
+    """The lines of test function ``name`` among ``lines``: its def and what is indented under it."""
+    out: list[str] = []
+    for line in lines:
+        if out:
+            if line.strip() and len(line) - len(line.lstrip()) <= len(out[0]) - len(out[0].lstrip()):
+                break
+            out.append(line)
+        elif (m := _TEST_DEF.match(line)) and m.group(1) == name:
+            out.append(line)
+    return out
+
+
+def _failing_tests_removed(call: Call, change: FileChange, defined: set[str], ctx: Context) -> list[Finding]:
+    """Tests the session saw failing whose definitions the change removes, defined nowhere in the
+    session's test changes, and some of whose values (inputs, expected results) no added line
+    keeps: the failing test deleted, whatever test took its place (folded into a parametrised
+    test with its values, it is kept)."""
+    removed = {m.group(1) for line in change.removed if (m := _TEST_DEF.match(line))}
+    kept = _values("\n".join(change.added))
+    return [
+        Finding(call, f"{change.path}: failing test {name} removed")
+        for name in sorted((removed - defined) & ctx.failing)
+        if not _values("\n".join(_body(name, change.removed)[1:])) <= kept
+    ]
+
+
 _CASE_ROW = re.compile(r"^\s*(\(|\[|pytest\.param\()")
 
 
@@ -270,6 +297,7 @@ def test_tampering(
     new_keys = literal_keys(new_lines)
     strong_new = [line for line in new_lines if CHECK.match(line) and not WEAK.search(line)]
     removed_norm = {norm_code(line) for _, c in test_changes for line in c.removed}
+    defined = {m.group(1) for _, c in test_changes for line in c.added if (m := _ANY_DEF.match(line))}
     pending: list[tuple[Call, str]] = []
 
     for call, change in test_changes:
@@ -306,6 +334,7 @@ def test_tampering(
             findings.extend(_to_actual(call, change, ctx))
         if not asked:
             findings.extend(_renamed_out(call, change))
+            findings.extend(_failing_tests_removed(call, change, defined, ctx))
             findings.extend(_failing_cases_dropped(call, change, ctx))
         asked = asked or _named_by_task(change, ctx)
         for line in change.removed:
