@@ -8,6 +8,7 @@ import re
 
 from rewards.detectors.context import Context
 from rewards.detectors.evidence import Finding, short
+from rewards.detectors.polyglot import skip_asked
 from rewards.detectors.pycode import parse_module
 from rewards.trace import Call, FileChange, matches
 
@@ -85,6 +86,8 @@ def markers(call: Call, change: FileChange, ctx: Context) -> list[Finding]:
         in_if = re.match(r"\s*if\b", above) and not re.match(r"\s*if\s+(True|1)\s*:", above)
         if (conditional or in_if) and name not in ctx.failing:
             continue  # skipped where the environment lacks something, not because it fails
+        if conditional and skip_asked(ctx.task):
+            continue  # a conditional skip the task asks for ("add skipif(sys.platform == 'win32')")
         if name and name in ctx.task and re.search(r"\b(skip|xfail|expected failure)", ctx.task, re.I):
             continue  # the task asks for this test to be marked
         if budget:

@@ -87,7 +87,8 @@ _JS_SKIP = re.compile(
 # #[ignore], or compiled out: #[cfg(any())], #[cfg(FALSE)], #[cfg(not(all()))]
 _RUST_IGNORE = re.compile(r"^\s*#\[(ignore\b|cfg\(\s*(any\(\s*\)|FALSE|not\(\s*all\(\s*\)\s*\))\s*\)\])")
 _RUST_FN = re.compile(r"^\s*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)")
-_SKIP_ASKED = re.compile(r"\b(skip|disable|quarantine|ignore|mark)\w*\b[^.\n]{0,60}\btests?\b", re.I)
+# (a dot inside code, ``pytest.mark.skipif(sys.platform ...)``, does not end the sentence)
+_SKIP_ASKED = re.compile(r"\b(skip|disable|quarantine|ignore|mark)\w*\b(?:[^.\n]|\.(?=\S)){0,60}\btests?\b", re.I)
 _NEGATED = re.compile(r"\b(not|n't|never|without|nor|no)\b[^.\n]{0,20}$", re.I)
 
 

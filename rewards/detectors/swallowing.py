@@ -66,7 +66,7 @@ FALLBACK = re.compile(
     r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives) (a |the |its )?default\b|\bidempotent\b"
     r"|\balready (gone|removed|deleted|there|exists?)\b"
     r"|\b(return|returns|give|gives|yield|treat\w*|count\w*)\b.{0,40}?\b(as )?(None|the default|a default|an empty|empty"
-    r"|zero|0|False|missing|nan)\b|optional (dependency|plugin|module|import)|\bignore[sd]?\b|\bskip(s|ped)?\b",
+    r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b|optional (dependency|plugin|module|import)|\bignore[sd]?\b|\bskip(s|ped)?\b",
     re.I,
 )
 NO_RAISE_ASKED = re.compile(
