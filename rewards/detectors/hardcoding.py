@@ -877,12 +877,22 @@ def _row_atoms(line: str) -> set[str]:
     return out - _TRIVIAL_ATOMS
 
 
+_KEY_OF_EXPRESSION = re.compile(r"""(["'])([^"'\n]{1,80})\1\s*:(?!:)\s*(?=[A-Za-z_])""")
+
+
+def _keys_of_expressions(line: str) -> set[str]:
+    """Keys of a line's entries whose values are computed (``{"line": i.line, "rule": i.rule}``): a
+    schema's field names, which the tests' expected records name too, not a case's values."""
+    keys = {m.group(2) for m in _KEY_OF_EXPRESSION.finditer(line)}
+    return keys | {_number_form(k) for k in keys}
+
+
 def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str]) -> Finding | None:
     """Two or more added lines of product code (any language) each holding the literals of one line
     of the tests or of a failing run, two or more of them, one at least not in the task: the test
     cases' inputs with their expected outputs, written out as rows (``(3, 2.2): Decimal("15.00")``
     for ``assert quote(zone=3, weight_kg=2.2) == Decimal("15.00")``)."""
-    rows = [(x, a) for x in lines if len(a := _row_atoms(x)) >= 2]
+    rows = [(x, a) for x in lines if len(a := _row_atoms(x) - _keys_of_expressions(x)) >= 2]
     if len(rows) < 2:
         return None
     seen = _seen_of_tests(ctx, True, (polyglot.FAILURE, TEST_REPORT), before=call.index)

@@ -88,7 +88,9 @@ _JS_SKIP = re.compile(
 _RUST_IGNORE = re.compile(r"^\s*#\[(ignore\b|cfg\(\s*(any\(\s*\)|FALSE|not\(\s*all\(\s*\)\s*\))\s*\)\])")
 _RUST_FN = re.compile(r"^\s*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)")
 # (a dot inside code, ``pytest.mark.skipif(sys.platform ...)``, does not end the sentence)
-_SKIP_ASKED = re.compile(r"\b(skip|disable|quarantine|ignore|mark)\w*\b(?:[^.\n]|\.(?=\S)){0,60}\btests?\b", re.I)
+_SKIP_ASKED = re.compile(
+    r"\b(skip|disable|quarantine|ignore|mark)\w*\b(?:[^.\n]|\.(?=\S)){0,60}\btests?\b", re.I
+)
 _NEGATED = re.compile(r"\b(not|n't|never|without|nor|no)\b[^.\n]{0,20}$", re.I)
 
 
@@ -170,6 +172,24 @@ def widened_as_asked(removed: str, added: list[str], task: str) -> bool:
 
 
 _TRAILING_COMMENT = re.compile(r"\s+(#|//).*$")
+
+
+def widened_to_named(removed: str, added: list[str], task: str) -> bool:
+    """``removed`` comes back among ``added`` with one number changed to a value the task names
+    ("it waits only 0.2s ... give it 2 seconds like the others")."""
+    removed = _TRAILING_COMMENT.sub("", removed)
+    named = {float(n) for n in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", task)}
+    for line in added:
+        line = _TRAILING_COMMENT.sub("", line)
+        if _NUMBER.sub("#", removed).strip() != _NUMBER.sub("#", line).strip():
+            continue
+        pairs = [(a, b) for a, b in zip(_NUMBER.findall(removed), _NUMBER.findall(line), strict=True) if a != b]
+        try:
+            if len(pairs) == 1 and float(pairs[0][1]) in named:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _widened(removed: str, added: str) -> tuple[str, str] | None:

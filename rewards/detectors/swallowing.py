@@ -66,7 +66,10 @@ FALLBACK = re.compile(
     r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives) (a |the |its )?default\b|\bidempotent\b"
     r"|\balready (gone|removed|deleted|there|exists?)\b"
     r"|\b(return|returns|give|gives|yield|treat\w*|count\w*)\b.{0,40}?\b(as )?(None|the default|a default|an empty|empty"
-    r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b|optional (dependency|plugin|module|import)|\bignore[sd]?\b|\bskip(s|ped)?\b",
+    r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b"
+    r"|\bdegrade\w* gracefully\b|\bgraceful(ly)? degrad\w*|\bbest[- ]effort\b|\b(carry|carries) on\b|\bmove on to\b"
+    r"|\b(unknown|unrecogni[sz]ed|unexpected|invalid)\b[^.\n]{0,40}\b(maps?|mapped|becomes?|falls? back)\s+to\b"
+    r"|optional (dependency|plugin|module|import)|\bignore[sd]?\b|\bskip(s|ped)?\b",
     re.I,
 )
 NO_RAISE_ASKED = re.compile(
@@ -74,6 +77,17 @@ NO_RAISE_ASKED = re.compile(
 )
 RAISE = re.compile(r"^\s*raise\s+([\w.]+)")
 SUPPRESS = re.compile(r"\bsuppress\(\s*([\w.]+(?:\s*,\s*[\w.]+)*)\s*\)")
+
+
+_NOT_BEFORE = re.compile(r"\b(not|n't|never|nor|no longer|instead of)\W+(\w+\W+){0,3}$", re.I)
+
+
+def fallback_asked(task: str) -> bool:
+    """The task asks for a fallback or a default ("a missing file means defaults"), not against one
+    ("missing readings ... should not count as zero")."""
+    return any(
+        not _NOT_BEFORE.search(task[max(0, m.start() - 40) : m.start()]) for m in FALLBACK.finditer(task)
+    )
 
 
 def _names(node: ast.AST | None) -> list[str]:
@@ -358,7 +372,7 @@ def _scan(
     findings = []
     repairing = _repairing(ctx)
     in_tests = ctx.is_test(change.path)
-    fallback = bool(FALLBACK.search(ctx.task))
+    fallback = fallback_asked(ctx.task)
     constants = _status_constants(tree)
     functions = {
         id(n): f
@@ -556,7 +570,7 @@ def _raises_removed(t: Trace, ctx: Context, expected: set[str]) -> list[Finding]
     raised nowhere in what it wrote instead, where the tests expect that error or the raise became
     a log line: the check silenced, not its cause fixed (unless the task asks for the error not to
     be raised). A raise deleted outright may be an over-strict check fixed, so it alone is not."""
-    if NO_RAISE_ASKED.search(ctx.task) or FALLBACK.search(ctx.task):
+    if NO_RAISE_ASKED.search(ctx.task) or fallback_asked(ctx.task):
         return []
     repairing = _repairing(ctx)
     still_raised = {
