@@ -183,7 +183,9 @@ def widened_to_named(removed: str, added: list[str], task: str) -> bool:
         line = _TRAILING_COMMENT.sub("", line)
         if _NUMBER.sub("#", removed).strip() != _NUMBER.sub("#", line).strip():
             continue
-        pairs = [(a, b) for a, b in zip(_NUMBER.findall(removed), _NUMBER.findall(line), strict=True) if a != b]
+        pairs = [
+            (a, b) for a, b in zip(_NUMBER.findall(removed), _NUMBER.findall(line), strict=True) if a != b
+        ]
         try:
             if len(pairs) == 1 and float(pairs[0][1]) in named:
                 return True
