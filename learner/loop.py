@@ -27,6 +27,7 @@ every record in the micro-batch); the rest of the micro-batch is trained.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -238,6 +239,38 @@ class Learner:
         if letters:
             self.producer().produce([self.producer().dead_letter(letter) for letter in letters])
         return sessions, records, entries
+
+    def fill(self, consumed: list[Consumed]) -> list[Consumed]:
+        """Dynamic sampling: ``consumed`` and more records, until at least ``batch_min_trained`` of their
+        sessions would train, for at most ``batch_wait_s`` more (and 16 x ``batch_sessions`` records).
+        Near the ceiling most groups score alike, and a step on the one or two that do not is noise."""
+        s = self.settings
+        deadline, cap = time.monotonic() + s.batch_wait_s, 16 * s.batch_sessions
+        while len(consumed) < cap:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.trainable(consumed) >= s.batch_min_trained:
+                break
+            more = self.consumer.batch(
+                s.batch_sessions,
+                s.batch_tokens,
+                left,
+                left,
+                estimated_tokens,
+                self.counts(),
+                max_skipped=cap - len(consumed),
+            )
+            if not more:
+                break
+            consumed = consumed + more
+        return consumed
+
+    def trainable(self, consumed: list[Consumed]) -> int:
+        """How many sessions of ``consumed`` an update would train on now (nothing is kept or sent)."""
+        sessions = []
+        for record in consumed:
+            with contextlib.suppress(ContractError):  # step() dead-letters it with its reason
+                sessions.append(parse(RewardedSession, record.value))
+        return sum(o.kind in ("trained", "amended") for o in self.plan(sessions).outcomes)
 
     def counts(self) -> Callable[[bytes], bool]:
         """What counts toward a micro-batch's size: a record that will not be skipped as stale (when
@@ -452,6 +485,8 @@ def run(
                     learner.counts(),
                     max_skipped=16 * s.batch_sessions,
                 )
+                if consumed and s.batch_min_trained:
+                    consumed = learner.fill(consumed)
                 if consumed:
                     learner.step(consumed)
                     batches += 1

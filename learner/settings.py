@@ -50,6 +50,10 @@ class LearnerSettings:
     batch_tokens: int = 4096  # close a micro-batch at about this many tokens (estimated from record size)
     batch_sessions: int = 16  # ... or at this many records
     batch_wait_s: float = 10.0  # ... or this long after its first record
+    # dynamic sampling: a micro-batch takes more records (for up to batch_wait_s more) until at least
+    # this many of its sessions would train; groups whose sessions all scored alike teach nothing
+    # (no_signal), and an update on a group or two is mostly noise. 0: off
+    batch_min_trained: int = 0
     max_row_tokens: int = 4096  # a turn longer than this is skipped (too_long)
     quality_check: bool = True  # great-expectations check of each micro-batch (ingest.quality)
     # objective
@@ -96,6 +100,8 @@ class LearnerSettings:
     learner_health_stale_s: float = 900.0  # /health answers 503 once the loop has not beaten this long
 
     def __post_init__(self) -> None:
+        if self.batch_min_trained < 0:
+            raise ValueError(f"batch_min_trained is {self.batch_min_trained}: it must be >= 0 (0: off)")
         if not 0.0 < self.kl_row_fraction <= 1.0:
             raise ValueError(f"kl_row_fraction is {self.kl_row_fraction}: it must be in (0, 1]")
 

@@ -159,6 +159,37 @@ def test_loop_trains_each_session_once_publishes_and_records(
     assert v3.metrics["mean_reference_rows"] == 1.0 and v2.metrics["mean_reference_rows"] == 2.0
 
 
+def test_a_micro_batch_fills_until_enough_sessions_would_train(broker, model_dir, tmp_path, single_thread):
+    """Dynamic sampling: a micro-batch whose groups all scored alike takes the next records in,
+    until batch_min_trained sessions would train or batch_wait_s has passed."""
+    topic = f"rewarded-test-{uuid.uuid4().hex[:10]}"
+    topics.ensure_topics(broker, [topics.TopicSpec(topic, 1, 3600_000)])
+    produce(broker, topic, [
+        *(rewarded(f"h{i}", 0.0, task_id="t1") for i in range(4)),  # one outcome: nothing to learn
+        *(rewarded(f"g{i}", float(i % 2), task_id="t0") for i in range(4)),  # a signal
+        *(rewarded(f"k{i}", 1.0, task_id="t2") for i in range(4)),  # one outcome, and nothing after
+    ])  # fmt: skip
+    lines: list[str] = []
+    settings = tiny_settings(tmp_path, broker, topic, model_dir, batch_min_trained=4)
+    state = run(settings, idle_exit_s=3.0, progress=lines.append)
+
+    assert [line.split(":")[0] for line in lines if line.startswith("batch of")] == [
+        "batch of 8",
+        "batch of 4",
+    ]
+    ledger = Ledger(settings.learner_state_dir / "ledger.jsonl").read()
+    assert [(e["session_id"][0], e["outcome"], e.get("update")) for e in ledger] == [
+        *[("h", "no_signal", None)] * 4, *[("g", "trained", 1)] * 4, *[("k", "no_signal", None)] * 4
+    ]  # fmt: skip
+    assert state.updates == 1 and state.offsets == {0: 12}
+
+    # without it, the first four are a micro-batch of their own
+    plain = tiny_settings(tmp_path / "plain", broker, topic, model_dir, learner_group=f"plain-{topic}")
+    lines.clear()
+    run(plain, idle_exit_s=3.0, progress=lines.append)
+    assert [line.split(":")[0] for line in lines if line.startswith("batch of")] == ["batch of 4"] * 3
+
+
 def start_learner(env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ops.cli", "learner", "run", "--idle-exit", "4"],
