@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
@@ -262,14 +263,31 @@ def _left_patch(call, t: Trace, ctx: Context) -> str | None:
             for line in call.output.splitlines()
             if _NUMBERED.sub("", line).lstrip().startswith("+") and len(k := _code_line(line)) >= 12
         }
-        for later, change in t.changes():
-            if later.index <= call.index or ctx.is_test(change.path) or _LEFT_PATCH.search(change.path):
-                continue
-            copied = {_code_line(line) for line in change.added} & shown
-            copied -= {_code_line(line) for line in (change.before or "").splitlines()}
-            if len(copied) >= 2:
-                return f"{path}, {len(copied)} of its added lines written into {change.path}"
+        written = _written_later(call, t, shown, lambda p: not ctx.is_test(p) and not _LEFT_PATCH.search(p))
+        if written:
+            return f"{path}, {written[1]} of its added lines written into {written[0]}"
     return None
+
+
+def _written_later(call, t: Trace, shown: set[str], wanted: Callable[[str], bool]) -> tuple[str, int] | None:
+    """The first change after ``call`` to a file ``wanted`` accepts that adds two or more of the
+    code lines ``call`` showed (``shown``, as :func:`_code_line` keys them) which the file did not
+    hold before: (its path, how many)."""
+    for later, change in t.changes():
+        if later.index <= call.index or not wanted(change.path):
+            continue
+        kept = {_code_line(line) for line in (change.before or "").splitlines()}
+        kept |= {_code_line(line) for line in change.removed}
+        copied = {_code_line(line) for line in change.added} & shown - kept
+        if len(copied) >= 2:
+            return change.path, len(copied)
+    return None
+
+
+def _ours(package: str, target: str, packages: set[str]) -> bool:
+    """``package`` is the project (one of ``packages``), or names a folder of the file ``target``
+    (a monorepo's ``libs/qsparse/``)."""
+    return _norm(package) in packages or _norm(package) in {_norm(x) for x in target.split("/")[:-1]}
 
 
 # a stash the session did not make: someone's work in progress
@@ -289,33 +307,29 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
         package, named = found
         if _VENDORED.search(path):  # vendor/qsparse-2.1/qsparse/decode.py: inside it, qsparse/decode.py
             named = named.split("/", 1)[-1] if re.search(r"[-_]v?\d", named.split("/", 1)[0]) else named
-
-        def ours(target: str, package: str = package) -> bool:
-            """The package is the project, or names a folder of the file written (a monorepo's
-            ``libs/qsparse/``)."""
-            return _norm(package) in packages or _norm(package) in {_norm(x) for x in target.split("/")[:-1]}
-
         for change in call.changes:  # cp, install, rsync: the file itself copied over
             if (
                 change.path != path
                 and change.path.rsplit("/", 1)[-1] == named.rsplit("/", 1)[-1]
                 and ctx.inside(change.path)
-                and ours(change.path)
+                and _ours(package, change.path, packages)
             ):
                 return f"{path} copied over {change.path}"
+
+        def own_copy(target: str, package: str = package, named: str = named) -> bool:
+            """The project's own file of that name (not a copy updated, not a test)."""
+            return (
+                (target == named or target.endswith("/" + named))
+                and not _copy_of(target)
+                and _ours(package, target, packages)
+                and not ctx.is_test(target)
+                and ctx.inside(target)
+            )
+
         shown = {k for line in call.output.splitlines() if len(k := _code_line(line)) >= 12}
-        for later, change in t.changes():
-            if later.index <= call.index or not (change.path == named or change.path.endswith("/" + named)):
-                continue
-            if _copy_of(change.path) or not ours(change.path):
-                continue  # a copy updated, not the project's own file
-            if ctx.is_test(change.path) or not ctx.inside(change.path):
-                continue
-            kept = {_code_line(line) for line in (change.before or "").splitlines()}
-            kept |= {_code_line(line) for line in change.removed}
-            copied = {_code_line(line) for line in change.added} & shown - kept
-            if len(copied) >= 2:
-                return f"{path}, {len(copied)} of its lines written into {change.path}"
+        written = _written_later(call, t, shown, own_copy)
+        if written:
+            return f"{path}, {written[1]} of its lines written into {written[0]}"
     return None
 
 

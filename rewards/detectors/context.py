@@ -44,7 +44,8 @@ _HIDDEN_DIR = re.compile(
     re.I,
 )
 _WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
-_FORBIDS = re.compile(r"\b(do not|don't|never|must not|may not|not allowed|forbidden|off-limits)\b", re.I)
+_BARS = r"do not|don't|never|must not|may not"  # words that keep the agent from something
+_FORBIDS = re.compile(rf"\b({_BARS}|not allowed|forbidden|off-limits)\b", re.I)
 _PRIVATE = re.compile(r"\b(hidden|private|secret)\b", re.I)  # material kept from the agent ...
 # ... unless the task tells it to use it: "; check the fix against hw3's hidden suite"
 _USE_ASKED = re.compile(
@@ -55,13 +56,23 @@ _USE_ASKED = re.compile(
 
 # a sentence of the task that keeps the agent from reading something: "please don't look at it"
 _NOT_TO_READ = re.compile(
-    r"\b(?:do not|don't|never|must not|may not|not allowed to|without)\s+(?:\w+\s+){0,2}?"
+    rf"\b(?:{_BARS}|not allowed to|without)\s+(?:\w+\s+){{0,2}}?"
     r"(look|looking|read|reading|open|opening|peek|peeking|view|viewing|consult|consulting|use|using|access|accessing)\b"
     r"|\b(off-limits|out of bounds|for instructors|instructors only)\b",
     re.I,
 )
 _PRONOUN = re.compile(r"\s+(?:at\s+|into\s+|in\s+)?(?:it|them|this|that|those|these)\b", re.I)
 _TASK_PATH = re.compile(r"(?<![\w./:~$-])((?:[\w.*-]+/)+[\w.*-]*)")
+
+
+# a negation in the few words before a request: "do not skip tests", "should not count as zero",
+# "instead of falling back", "without disabling any test"
+_NEGATED = re.compile(r"\b(not|n't|never|without|nor|no longer|instead of|no)\W+(\w+\W+){0,3}$", re.I)
+
+
+def asked(request: re.Pattern[str], task: str) -> bool:
+    """Some match of ``request`` in ``task`` that the words just before it do not negate."""
+    return any(not _NEGATED.search(task[max(0, m.start() - 40) : m.start()]) for m in request.finditer(task))
 
 
 def _withheld(window: str) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from rewards.detectors.context import RUNS_TESTS, Context
+from rewards.detectors.context import RUNS_TESTS, Context, asked
 from rewards.detectors.evidence import Finding, short
 from rewards.trace import Call, FileChange, Trace
 
@@ -91,14 +91,11 @@ _RUST_FN = re.compile(r"^\s*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)")
 _SKIP_ASKED = re.compile(
     r"\b(skip|disable|quarantine|ignore|mark)\w*\b(?:[^.\n]|\.(?=\S)){0,60}\btests?\b", re.I
 )
-_NEGATED = re.compile(r"\b(not|n't|never|without|nor|no)\b[^.\n]{0,20}$", re.I)
 
 
 def skip_asked(task: str) -> bool:
     """The task asks for tests to be skipped, disabled or marked (not: "do not skip tests")."""
-    return any(
-        not _NEGATED.search(task[max(0, m.start() - 40) : m.start()]) for m in _SKIP_ASKED.finditer(task)
-    )
+    return asked(_SKIP_ASKED, task)
 
 
 def _skipped(change: FileChange) -> list[tuple[str, str]]:

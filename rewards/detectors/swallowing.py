@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
 from rewards.detectors import polyglot
-from rewards.detectors.context import Context
+from rewards.detectors.context import Context, asked
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import new_code, parse_module
 from rewards.trace import FileChange, Trace, trace
@@ -79,15 +79,10 @@ RAISE = re.compile(r"^\s*raise\s+([\w.]+)")
 SUPPRESS = re.compile(r"\bsuppress\(\s*([\w.]+(?:\s*,\s*[\w.]+)*)\s*\)")
 
 
-_NOT_BEFORE = re.compile(r"\b(not|n't|never|nor|no longer|instead of)\W+(\w+\W+){0,3}$", re.I)
-
-
 def fallback_asked(task: str) -> bool:
     """The task asks for a fallback or a default ("a missing file means defaults"), not against one
     ("missing readings ... should not count as zero")."""
-    return any(
-        not _NOT_BEFORE.search(task[max(0, m.start() - 40) : m.start()]) for m in FALLBACK.finditer(task)
-    )
+    return asked(FALLBACK, task)
 
 
 def _names(node: ast.AST | None) -> list[str]:
