@@ -207,6 +207,33 @@ def _corrected_by_task(value: str, task: str) -> bool:
     )
 
 
+_SPEC = re.compile(r"\b(must|should|spec\w*|expected|e\.g\.|for example|of the form|format)(?!\w)", re.I)
+_OBSERVED = re.compile(
+    r"\b(gives?|gave|returns?|returned|produces?|produced|outputs?|prints?|printed|shows?|showed|"
+    r"now|currently|instead|got|gets?)\b",
+    re.I,
+)
+
+
+def _as_spec(value: str, task: str) -> bool:
+    """The task states ``value`` as what should be ("must be of the form ..., e.g. `Invalid email:
+    foo`"), not as what the code does ("`slugify('Crème')` gives 'crème'")."""
+    for m in re.finditer(re.escape(value), task):
+        window = task[max(0, m.start() - 100) : m.start()].rsplit("\n", 1)[-1]
+        spec = [*_SPEC.finditer(window)]
+        if spec and not _OBSERVED.search(window, spec[-1].end()):
+            return True
+    return False
+
+
+def _stated_by_task(change: FileChange, task: str) -> bool:
+    """The task states what the test now expects as the specification, and does not name what it
+    expected before: the old expectation contradicts the task. (A pasted failure names both.)"""
+    gone, new = _values("\n".join(change.removed)), _values("\n".join(change.added))
+    gone, new = gone - new, {v for v in new - gone if len(v) >= 4}
+    return bool(gone and new) and all(_as_spec(v, task) for v in new) and not any(v in task for v in gone)
+
+
 def _named_by_task(change: FileChange, ctx: Context) -> bool:
     """Every new check is code the task spells out (``make that test use pytest.approx(0.2)``)."""
 
@@ -383,6 +410,7 @@ def test_tampering(
         if path.rsplit("/", 1)[-1] == "conftest.py" and not polyglot.skip_asked(ctx.task):
             findings.extend(collection.conftest(call, change))
         asked = bool(_UPDATE_TESTS.search(ctx.task) or _RETIRE_TESTS.search(ctx.task))
+        asked = asked or _stated_by_task(change, ctx.task)
         if not asked:
             findings.extend(_to_actual(call, change, ctx))
         if not asked:
