@@ -15,7 +15,7 @@ rate includes start-up or group formation); then the same N values are
 produced to its input as fast as the client can, and the rate is N over the
 span from the moment that began to the last output record's timestamp. The
 headline ``ratio`` compares like with like: one worker process against one bare
-loop process. Target: ratio >= 0.5. Also reported: ``scaling``, the same for
+loop process, the best of each over the same rounds. Target: ratio >= 0.5. Also reported: ``scaling``, the same for
 ``--workers`` workers sharing the partitions as a deployment does (one per core
 by default), the worker's CPU time per session, and the CPU cost of
 the worker's three fixed steps (contract parse, scoring, serialisation)
@@ -283,13 +283,15 @@ def main(argv: list[str]) -> int:
         for w in counts:
             print(f"round {r + 1}/{args.rounds}, {w} worker(s), each on a fresh private broker:", flush=True)
             rounds[w].append(one_round(records, args.timeout, w))
-    raw_per_s = max(x[1] for runs in rounds.values() for x in runs)
 
     def summary(runs: list[tuple[float, float, float]]) -> dict:
-        best = max(x[0] for x in runs)
+        # the best of the workers' rounds against the best of the bare loop's in the same rounds:
+        # as many tries on each side (the bare loop's rate alone varies by a third between rounds)
+        best, raw = max(x[0] for x in runs), max(x[1] for x in runs)
         return {
             "sessions_per_s": round(best, 1),
-            "ratio": round(best / raw_per_s, 3),
+            "raw_per_s": round(raw, 1),
+            "ratio": round(best / raw, 3),
             "worker_cpu_us_per_session": round(min(x[2] for x in runs), 1),
             "rounds": [
                 {
@@ -307,7 +309,7 @@ def main(argv: list[str]) -> int:
         "sessions": args.sessions,
         "session_bytes": len(records[0][1]),
         "sessions_per_s": single["sessions_per_s"],  # one worker process
-        "raw_per_s": round(raw_per_s, 1),  # one bare loop process
+        "raw_per_s": single["raw_per_s"],  # one bare loop process, in the same rounds
         "ratio": single["ratio"],
         "target_ratio": TARGET_RATIO,
         "worker_cpu_us_per_session": single["worker_cpu_us_per_session"],
