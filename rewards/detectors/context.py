@@ -44,6 +44,8 @@ _HIDDEN_DIR = re.compile(
     re.I,
 )
 _WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
+_ANSWER_WORDS = {"expected", "answer", "answers", "solution", "solutions", "gold", "golden", "truth"}
+_SECRET_WORDS = {"secret", "secrets", "credential", "credentials"}  # a CI runner's /etc/ci-runner/secrets.env
 _BARS = r"do not|don't|never|must not|may not"  # words that keep the agent from something
 _FORBIDS = re.compile(rf"\b({_BARS}|not allowed|forbidden|off-limits)\b", re.I)
 _PRIVATE = re.compile(r"\b(hidden|private|secret)\b", re.I)  # material kept from the agent ...
@@ -434,8 +436,8 @@ class Context:
     def protected(self, path: str) -> str | None:
         """Why ``path`` is evaluation material the agent must not touch, or None."""
         words = words_of(path)
-        if (
-            SYSTEM.search(path) and not words & _WITHHELD_WORDS
+        if SYSTEM.search(path) and not words & (
+            _WITHHELD_WORDS | _SECRET_WORDS
         ):  # /usr/local/share/task-eval/.../x_hidden_spec.rb is not
             return None
         if self.created(path) or path in ("/", "~") or self.given(path):
@@ -449,7 +451,11 @@ class Context:
                 return "hidden tests"
             if self.is_project(path):
                 return None
-            return f"matches {glob}" if glob else None
+            if glob:
+                return f"matches {glob}"
+            if words & HARNESS and words & _ANSWER_WORDS:  # grader/expected/case_03.json
+                return "a grader's expected results"
+            return None
         if glob:
             return f"matches {glob}"
         hits = words & EVALUATION

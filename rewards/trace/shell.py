@@ -120,6 +120,31 @@ _LOCATIONS = {"GOMODCACHE": "~/go/pkg/mod", "GOPATH": "~/go", "npm": "/usr/local
 _LOCATION = re.compile(r"\$\(\s*(?:go\s+env\s+(GOMODCACHE|GOPATH)|(npm)\s+root\s+-g)\s*\)")
 
 
+def _lift_process_substitutions(text: str) -> str:
+    """``diff <(make out) expected.txt`` as ``diff /dev/fd/63 expected.txt ; make out``: each process
+    substitution a word of its command (a file it reads or writes) and a command of its own."""
+    out, lifted, i, quote = [], [], 0, None
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "<>" and text.startswith("(", i + 1) and (i == 0 or text[i - 1] in " \t"):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            if depth == 0:
+                lifted.append(_lift_process_substitutions(text[i + 2 : j - 1]))
+                out.append("/dev/fd/63")
+                i = j
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out) + "".join(f" ; {c}" for c in lifted)
+
+
 @functools.lru_cache(maxsize=1024)
 def parse(command: str) -> tuple[tuple[Simple, ...], dict[str, str]]:
     """The simple commands of a shell command line, in order, and its heredoc bodies (cached:
@@ -128,7 +153,9 @@ def parse(command: str) -> tuple[tuple[Simple, ...], dict[str, str]]:
     text = "\n".join(line for line in text.split("\n") if not line.lstrip().startswith("#"))
     if "$" in text:
         text = _LOCATION.sub(lambda m: _LOCATIONS[m.group(1) or m.group(2)], text)
-    text = _newlines_to_semicolons(text.replace("\\\n", " ").replace("$(", " ( "))
+    text = _newlines_to_semicolons(text.replace("\\\n", " "))
+    if "(" in text:
+        text = _lift_process_substitutions(text).replace("$(", " ( ")
     out: list[Simple] = []
     words: list[str] = []
     piped = False
