@@ -206,7 +206,8 @@ class Evaluator:
             scores.setdefault(metric, {}).update(per_task)
         out.raw.setdefault(f"{policy.role}/{suite.name}", []).extend(r.to_json() for r in results)
         timing = out.timings.setdefault(suite.name, {})
-        timing[policy.role] = round(timing.get(policy.role, 0.0) + sum(r.seconds for r in results), 2)
+        ran = sum(r.seconds for r in results if not r.cached)  # what this evaluation spent on requests
+        timing[policy.role] = round(timing.get(policy.role, 0.0) + ran, 2)
 
     def _drift(
         self,

@@ -73,9 +73,12 @@ class TaskResult:
     completion_tokens: int = 0
     seconds: float = 0.0
     error: str | None = None
+    cached: bool = field(default=False, compare=False)  # read from disk, not run by this call (not stored)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["cached"]
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskResult:
@@ -264,7 +267,7 @@ class Harness:
         items: list[tuple[int, Task]] = []
         for index, (policy, suite) in enumerate(jobs):
             cached = _read_jsonl(self.results_path(policy, suite))
-            done.append({r["task_id"]: TaskResult.from_json(r) for r in cached})
+            done.append({r["task_id"]: TaskResult.from_json(r | {"cached": True}) for r in cached})
             items.extend((index, t) for t in suite.tasks if t.task_id not in done[index])
         if items:
 

@@ -121,3 +121,15 @@ def test_a_versions_results_as_champion_are_not_its_results_as_candidate(tmp_pat
     assert base_paths == {tmp_path / "champion" / "base" / as_champion.name}
     drift = load_suite("drift")
     assert harness.drift_path(Policy("v3", "gate-v3-1a2b", digest), drift).parent == as_candidate.parent
+
+
+def test_results_read_back_from_disk_are_marked_so_timings_count_only_requests_made(tmp_path):
+    suite = load_suite("format").limited(2)
+    harness = mock_harness(tmp_path, lambda request: format_answer(suite.tasks[0], request))
+    policy = Policy("v1", "gate-v1", "sha256:" + "ab" * 32, "champion")
+    first = harness.run(policy, suite.limited(1))  # the first task run now, then on disk
+    again = harness.run(policy, suite)
+    assert [r.cached for r in first] == [False]
+    assert [r.cached for r in again] == [True, False]
+    assert again[0].seconds == first[0].seconds  # its request time is kept, for the record
+    assert all("cached" not in r for r in read_jsonl(harness.results_path(policy, suite)))
