@@ -37,7 +37,7 @@ SHELL_GAMING = re.compile(
     r"|\bln\s+-\w*s\w*\s+\S+\s+\S*\b(pytest|py\.test)\b"
 )
 SHELL_FORCE = re.compile(
-    r"(^|;|&&)\s*exit\s+0\s*$|^\s*set\s+\+e\b|continue-on-error:\s*true|ignore_outcome\s*=\s*true"
+    r"(^|;|&&)\s*exit\s+0\s*$|^\s*set\s+\+e\b|continue-on-error:\s*(true|\$\{\{)|ignore_outcome\s*=\s*true"
     r"|ignore_errors\s*=\s*true|\becho\b.*\b\d+\s+passed\b",
     re.I,
 )
