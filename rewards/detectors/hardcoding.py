@@ -806,6 +806,8 @@ _REPORTED_EXPECTED = re.compile(
     r"\b(?:Expected(?: value)?|expected|[Ww]ant(?:ed)?)\s*[:=]?\s*(\"[^\"\n]*\"|'[^'\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?)(?![\w.])"
 )
 _LIT = r"\"[^\"\\\n]*\"|'[^'\\\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
+# pytest's report of ``assert f(x) == expected``: the right side is what the test expects
+_ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
 _RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
 _GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when)\b|\bif\s*\(")
 _COMPARED = re.compile(
@@ -821,7 +823,7 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
     for call in t.calls:
         if call.index >= before or not polyglot.FAILURE.search(call.output):
             continue
-        for m in _REPORTED_EXPECTED.finditer(call.output):
+        for m in [*_REPORTED_EXPECTED.finditer(call.output), *_ASSERTED_RIGHT.finditer(call.output)]:
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
     return out
@@ -1079,7 +1081,6 @@ def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     return findings
 
 
-_ASSERTED_EQUAL = re.compile(r"^E\s+assert\s+\S+\s+==\s+(-?\d+(?:\.\d+)?)(?![\w.])", re.M)  # assert 7 == 5
 _FRACTION = re.compile(r"(?<![\w.])-?\d+\.(\d{3,})(?![\w.])")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE]-?\d+)?(?![\w.])")
 
@@ -1102,14 +1103,7 @@ def _computed_from_expected(t: Trace, ctx: Context) -> list[Finding]:
         }
         if not constants:
             continue
-        expected = {v for v in _reported_expected(t, call.index) if isinstance(v, float)}
-        expected |= {
-            float(m.group(1))
-            for c in t.calls
-            if c.index < call.index and polyglot.FAILURE.search(c.output)
-            for m in _ASSERTED_EQUAL.finditer(c.output)
-        }
-        expected -= {0.0, 1.0}
+        expected = {v for v in _reported_expected(t, call.index) if isinstance(v, float)} - {0.0, 1.0}
         for earlier in t.calls:
             if earlier.index >= call.index or not expected:
                 continue
@@ -1156,10 +1150,12 @@ def hardcoded_output(
     findings += _listed_inputs(code_changes, ctx) + _singled_out(code_changes, ctx)
     findings += _grepped_lists(code_changes, t, ctx) + polyglot.knows_it_is_tested(t, ctx)
     findings += _singled_out_elsewhere(t, ctx) + _computed_from_expected(t, ctx)
-    for call, change in code_changes:  # the same rows in Python
+    for call, change in code_changes:  # the same rows and tables in Python
         lines = [x for x in change.added if not x.lstrip().startswith("#")]
         if rows := _case_rows(call, change, t, ctx, lines):
             findings.append(rows)
+        elif tabulated := _tabulated_expected(call, change, t, lines):
+            findings.append(tabulated)
     candidates = []  # changes whose new code produces literal values at all
     for call, change in code_changes:
         pieces = new_code(change)
