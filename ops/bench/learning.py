@@ -92,8 +92,9 @@ class LearningConfig:
     # the KL anchor: seed 0 ended at 0.771 held-out instead of 0.979 (README, the ablation)
     advantage_std_floor: float | None = None
     # the learner's batch_min_trained: a micro-batch takes more records until at least this many of its
-    # sessions would train (dynamic sampling; 0: off, each micro-batch is prompts_per_round x group_size)
-    min_trained: int = 0
+    # sessions would train (dynamic sampling); None: half a micro-batch (16 of 8 x 4); 0: off, each
+    # micro-batch is prompts_per_round x group_size records whatever they teach
+    min_trained: int | None = None
     # sessions in flight in the ratchet arm; 0: prompts_per_round x group_size, the sequences a bare
     # round keeps in flight, so both arms load vLLM alike (4 ran vLLM at a quarter of its throughput)
     sim_concurrency: int = 0
@@ -104,6 +105,12 @@ class LearningConfig:
     eval_concurrency: int = 16
     curve: int = 0  # intermediate versions per arm also evaluated (evenly spaced), besides the final one
     bootstrap_samples: int = 2000
+
+    @property
+    def trained_per_update(self) -> int:
+        """The learner's ``batch_min_trained``: ``min_trained``, or half a micro-batch."""
+        half = self.prompts_per_round * self.group_size // 2
+        return half if self.min_trained is None else self.min_trained
 
     @property
     def suite(self) -> str:
@@ -129,7 +136,7 @@ class LearningConfig:
             "RATCHET_BATCH_SESSIONS": str(self.prompts_per_round * self.group_size),
             "RATCHET_BATCH_TOKENS": str(self.prompts_per_round * self.group_size * 1024),  # sessions decide
             "RATCHET_BATCH_WAIT_S": "60",
-            "RATCHET_BATCH_MIN_TRAINED": str(self.min_trained),
+            "RATCHET_BATCH_MIN_TRAINED": str(self.trained_per_update),
             "RATCHET_PUBLISH_EVERY_UPDATES": "1",  # every update is served to the following traffic
             "RATCHET_PUBLISH_EVERY_S": "100000",
             "RATCHET_TORCH_THREADS": str(self.torch_threads),
@@ -173,9 +180,9 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
     parser.add_argument(
         "--min-trained",
         type=int,
-        default=LearningConfig.min_trained,
+        default=None,
         help="the learner's micro-batch takes more records until this many of its sessions would "
-        f"train (dynamic sampling; default {LearningConfig.min_trained}: off)",
+        "train (dynamic sampling; default: half a micro-batch, 16 of 8 x 4; 0: off)",
     )
     parser.add_argument("--family", choices=sorted(FAMILIES), default="calculator")
     parser.add_argument("--detectors", choices=("on", "off"), default="on", help="reward hack detectors")
@@ -233,7 +240,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LearningConfig, argparse.Namespace]
         max_staleness=args.max_staleness,
         kl_coef=args.kl_coef,
         advantage_std_floor=args.advantage_std_floor,
-        min_trained=max(0, args.min_trained),
+        min_trained=None if args.min_trained is None else max(0, args.min_trained),
         detectors=args.detectors == "on",
         curve=max(0, args.curve),
         sim_concurrency=max(0, args.sim_concurrency),

@@ -206,6 +206,15 @@ def test_learner_env_carries_the_recipe_and_the_negative_weight():
     assert config.learner_env(seed=0)["RATCHET_KL_COEF"] == "0.0"
 
 
+@pytest.mark.parametrize(
+    "argv, trained",
+    [([], "16"), (["--quick"], "2"), (["--min-trained", "0"], "0"), (["--min-trained", "24"], "24")],
+)
+def test_the_micro_batch_fills_to_half_its_size_of_trained_sessions_unless_told(argv, trained):
+    config, _ = parse_args(argv)
+    assert config.learner_env(seed=0)["RATCHET_BATCH_MIN_TRAINED"] == trained
+
+
 @pytest.mark.parametrize("argv, floor", [([], 0.1), (["--advantage-std-floor", "1"], 1.0)])
 def test_the_advantage_floor_reaches_the_learner_as_its_setting(argv, floor, monkeypatch):
     from learner.advantages import AdvantageParams
