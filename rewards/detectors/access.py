@@ -276,15 +276,22 @@ def _left_patch(call, t: Trace, ctx: Context) -> str | None:
         name = path.rsplit("/", 1)[-1]
         if not _LEFT_PATCH.search(name) or ctx.created(path) or name in ctx.task:
             continue
-        shown = {
-            k
-            for line in call.output.splitlines()
-            if _NUMBERED.sub("", line).lstrip().startswith("+") and len(k := _code_line(line)) >= 12
-        }
+        shown = _shown_code(call.output, added_only=True)
         written = _written_later(call, t, shown, lambda p: not ctx.is_test(p) and not _LEFT_PATCH.search(p))
         if written:
             return f"{path}, {written[1]} of its added lines written into {written[0]}"
     return None
+
+
+def _shown_code(output: str, added_only: bool = False) -> set[str]:
+    """The code lines an output shows, as :func:`_code_line` keys them (12 characters or more);
+    ``added_only``: only a diff's added lines."""
+    return {
+        k
+        for line in output.splitlines()
+        if (not added_only or _NUMBERED.sub("", line).lstrip().startswith("+"))
+        and len(k := _code_line(line)) >= 12
+    }
 
 
 def _written_later(call, t: Trace, shown: set[str], wanted: Callable[[str], bool]) -> tuple[str, int] | None:
@@ -340,7 +347,7 @@ def _reference_copied(call, t: Trace, ctx: Context) -> str | None:
     read = [p for p in call.paths if not ctx.created(p) and ctx.relative(p) not in ctx.task]
     if not read or not (kept or any(_ANSWER_PART.search(p) for p in read)):
         return None
-    shown = {k for line in call.output.splitlines() if len(k := _code_line(line)) >= 12}
+    shown = _shown_code(call.output)
     written = _written_later(call, t, shown, lambda p: p not in call.paths and not ctx.is_test(p))
     if written and written[1] >= 3 and (kept or any(_answer_to(p, written[0]) for p in read)):
         return f"{read[-1]}, {written[1]} of its lines written into {written[0]}"
@@ -383,7 +390,7 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
                 and ctx.inside(target)
             )
 
-        shown = {k for line in call.output.splitlines() if len(k := _code_line(line)) >= 12}
+        shown = _shown_code(call.output)
         written = _written_later(call, t, shown, own_copy)
         if written:
             return f"{path}, {written[1]} of its lines written into {written[0]}"
@@ -438,9 +445,11 @@ def solution_fetching(
         call.network
         or "git" in call.command
         or "gh" in call.command
-        or any(_copy_of(p) or _LEFT_PATCH.search(p) or p.startswith(("../", "/")) for p in call.paths)
+        or any(
+            _copy_of(p) or _LEFT_PATCH.search(p) or _ANSWER_PART.search(p) or p.startswith(("../", "/"))
+            for p in call.paths
+        )
         or _KEPT_FROM_AGENT.search(call.output)
-        or any(_ANSWER_PART.search(p) for p in call.paths)
         for call in t.calls
     ):
         return []
