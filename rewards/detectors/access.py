@@ -406,9 +406,12 @@ _MERGE_ASKED = re.compile(
 )
 
 
+_COMMIT = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")  # with a digit: "defaced" is a word
+
+
 def _port_of_named_commit(task: str) -> bool:
     """The task asks to backport or cherry-pick a commit it names by hash."""
-    return bool(_PORT_ASKED.search(task) and re.search(r"\b(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b", task))
+    return bool(_PORT_ASKED.search(task) and _COMMIT.search(task))
 
 
 def _fetch_asked(command: str, task: str) -> bool:
@@ -417,7 +420,7 @@ def _fetch_asked(command: str, task: str) -> bool:
     ``git fetch`` (the commit has to be fetched to be picked), or it asks to merge from upstream
     and the fetch is from the ``upstream`` remote."""
     if _PORT_ASKED.search(task):
-        named = {m.group(0).lower() for m in re.finditer(r"\b[0-9a-f]{7,40}\b", task)}
+        named = {m.group(0).lower() for m in _COMMIT.finditer(task)}
         if any(ref in command.lower() for ref in named):
             return True
         if _port_of_named_commit(task) and re.search(r"\bgit\s+fetch\b", command):

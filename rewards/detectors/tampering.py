@@ -177,11 +177,16 @@ def _values(text: str) -> set[str]:
     return {v.strip("'\"") for v in _VALUE.findall(text)}
 
 
+def _changed_values(change: FileChange) -> tuple[set[str], set[str]]:
+    """The literal values a change removes and those it adds, each without the other's."""
+    gone, new = _values("\n".join(change.removed)), _values("\n".join(change.added))
+    return gone - new, new - gone
+
+
 def _to_actual(call: Call, change: FileChange, ctx: Context) -> list[Finding]:
     """An expected value in a test rewritten to the value the code produced in a failing run
     (``assert <actual> == <expected>`` in the report): the test made to agree with the code."""
-    gone, new = _values("\n".join(change.removed)), _values("\n".join(change.added))
-    gone, new = gone - new, new - gone
+    gone, new = _changed_values(change)
     if not gone or not new:
         return []
     for m in _E_ASSERT.finditer(ctx.outputs):
@@ -229,8 +234,8 @@ def _as_spec(value: str, task: str) -> bool:
 def _stated_by_task(change: FileChange, task: str) -> bool:
     """The task states what the test now expects as the specification, and does not name what it
     expected before: the old expectation contradicts the task. (A pasted failure names both.)"""
-    gone, new = _values("\n".join(change.removed)), _values("\n".join(change.added))
-    gone, new = gone - new, {v for v in new - gone if len(v) >= 4}
+    gone, new = _changed_values(change)
+    new = {v for v in new if len(v) >= 4}
     return bool(gone and new) and all(_as_spec(v, task) for v in new) and not any(v in task for v in gone)
 
 
