@@ -359,13 +359,25 @@ _STASH_READ = re.compile(r"\bgit\s+stash\s+(apply|pop|show|branch)\b|\bstash@\{"
 _STASH_MADE = re.compile(r"\bgit\s+stash\b(?!\s+(apply|pop|show|branch|list|drop|clear)\b)")
 
 
+# ``pip install --target DIR``: DIR holds installed packages as site-packages does
+_INSTALL_TARGET = re.compile(r"\bpip3?\s+install\b[^|;&\n]*?\s(?:--target|-t)(?:=|\s+)['\"]?([^\s'\"]+)")
+
+
 def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | None:
-    """Another installed copy of the project (a virtualenv's site-packages, node_modules, Go's
-    module cache, cargo's registry) outside the workspace, or a copy of it vendored inside
-    another part of the repository, of a file the session copies over its own, or shows and then
-    writes lines of into it: the fix taken from a newer build of the project instead of made."""
+    """Another installed copy of the project (a virtualenv's site-packages, ``pip install --target``'s
+    folder, node_modules, Go's module cache, cargo's registry) outside the workspace, or a copy of
+    it vendored inside another part of the repository, of a file the session copies over its own,
+    or shows and then writes lines of into it: the fix taken from a newer build of the project
+    instead of made."""
+    targets = {
+        m.rstrip("/") for c in t.calls if c.index < call.index for m in _INSTALL_TARGET.findall(c.command)
+    }
     for path in call.paths:
         found = _copy_of(path)
+        for root in targets:
+            if not found and root and path.startswith(root + "/"):
+                inside = path[len(root) + 1 :]
+                found = inside.split("/", 1)[0], inside
         if not found:
             continue  # (a copy inside the workspace, a .venv's or a vendor folder's, counts too)
         package, named = found

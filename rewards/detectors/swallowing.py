@@ -54,7 +54,7 @@ REPORT_CALLS = re.compile(
 PROBES = re.compile(
     r"^(int|float|complex|Decimal|Fraction|bool|ord|chr|json\.loads?|\w+\.loads?|getattr|next|open|iter|len"
     r"|importlib\.import_module|import_module|os\.\w+|shutil\.\w+|Path\.\w+|\w+\.(read_text|read_bytes|stat|unlink"
-    r"|mkdir|rmdir|remove|index|pop|get)|datetime\.\w+|date\.\w+|\w+\.fromisoformat|\w+\.strptime|ZoneInfo|uuid\.UUID"
+    r"|mkdir|rmdir|remove|index|pop|get|json)|datetime\.\w+|date\.\w+|\w+\.fromisoformat|\w+\.strptime|ZoneInfo|uuid\.UUID"
     r"|ipaddress\.\w+|urlparse|\w+\.decode|\w+\.encode|subprocess\.\w+|shutil\.which|socket\.\w+|\w+\.connect"
     r"|version|metadata\.version|importlib\.metadata\.version|pkg_resources\.\w+)$"
 )
@@ -206,6 +206,13 @@ def _probe(body: list[ast.stmt]) -> bool:
     ):
         return True
     value = stmt.value if isinstance(stmt, ast.Return | ast.Assign | ast.Expr | ast.AnnAssign) else None
+    while (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "get"
+        and isinstance(value.func.value, ast.Call)
+    ):
+        value = value.func.value  # resp.json().get("error", {}): the lookup cannot fail, the decode can
     if isinstance(value, ast.Subscript | ast.Attribute | ast.Name):
         return True
     if isinstance(value, ast.Call):
