@@ -8,41 +8,39 @@ every round (``rounds``) it asks ``sequential_target`` or
 question; if not, it scores the next round. A "continue" after the last round
 leaves the decision to the full-suite rule (``gating.rule``).
 
-The bound is the predictable plug-in empirical-Bernstein confidence sequence
-(PrPl-EB) of Waudby-Smith & Ramdas, "Estimating means of bounded random
-variables by betting" (JRSS-B 2024, arXiv:2010.09686: Theorem 2 with its
-predictable plug-in bets), one-sided, on x_i = (d_i + 1) / 2 in [0, 1]::
+The bound is the one-sided betting confidence sequence of Waudby-Smith &
+Ramdas, "Estimating means of bounded random variables by betting" (JRSS-B
+2024, arXiv:2010.09686: the capital process of Section 4 with its predictable
+plug-in bets, one side of "hedged capital"), on x_i = (d_i + 1) / 2 in [0, 1].
+For every candidate mean m in (0, 1) a bettor stakes λ_t(m) on x_t > m::
 
     μ̂_t  = (1/2 + Σ_{i≤t} x_i) / (t + 1)                      μ̂_0 = 1/2
     σ̂²_t = (1/4 + Σ_{i≤t} (x_i − μ̂_i)²) / (t + 1)             σ̂²_0 = 1/4
-    λ_t  = min( sqrt(2 log(1/α) / (σ̂²_{t−1} · t · log(1 + t))), 1/2 )
-    v_t  = 4 (x_t − μ̂_{t−1})²
-    ψ_E(λ) = (−log(1 − λ) − λ) / 4
+    λ̇_t  = sqrt(2 log(1/α) / (σ̂²_{t−1} · t · log(1 + t)))
+    λ_t(m) = min(λ̇_t, c / m)
+    K_t(m) = Π_{i≤t} (1 + λ_i(m) (x_i − m))
 
-    L_t = (Σ_{i≤t} λ_i x_i − log(1/α) − Σ_{i≤t} v_i ψ_E(λ_i)) / Σ_{i≤t} λ_i
+and m is ruled out once K_t(m) ≥ 1/α. Each factor falls as m grows, so the ruled-out
+means are an interval (0, L_t]: L_t is the lower bound (``betting_lower``, on a grid
+of ``GRID`` means, rounded down to it).
 
-(``prpl_eb_lower``). The paper's two-sided CS spends log(2/α) on each side; a
-one-sided bound spends log(1/α), in the bets λ_t as in the margin.
+Why it holds: λ_t(m) depends only on x_1..x_{t−1}, and 1 + λ_t(m)(x_t − m) ≥ 1 − c > 0,
+so at m = μ, when E[x_t | x_1..x_{t−1}] = μ, K_t(μ) is a nonnegative martingale with
+K_0 = 1. By Ville's inequality P(∃t: K_t(μ) ≥ 1/α) ≤ α, so P(∃t: L_t ≥ μ) ≤ α: the
+bound may be read after every task and the gate may stop on it whenever it likes.
+The running maximum max_{s≤t} L_s (the running intersection) therefore holds too.
+``lower_bounds`` returns it mapped back to d (2 L − 1); ``upper_bounds`` applies the
+same to −d. Validity needs a constant conditional mean: the tasks are draws from one
+task distribution (the quantity bounded is the mean gain over that distribution, as
+for the bootstrap) and are taken in an order that does not depend on their scores,
+hence a seeded shuffle fixed in advance.
 
-Why it holds: λ_t, μ̂_{t−1} and σ̂²_{t−1} depend only on x_1..x_{t−1}, and
-x_t − μ̂_{t−1} ≥ −1, so by Fan et al.'s inequality
-exp(λξ − (−log(1−λ) − λ)ξ²) ≤ 1 + λξ (ξ ≥ −1, 0 ≤ λ < 1) the process
-M_t(m) = Π_{i≤t} exp(λ_i (x_i − m) − v_i ψ_E(λ_i)) is a nonnegative
-supermartingale at m = μ whenever E[x_t | x_1..x_{t−1}] = μ. By Ville's
-inequality P(∃t: M_t(μ) ≥ 1/α) ≤ α, and M_t(m) ≥ 1/α exactly when m ≤ L_t, so
-P(∃t: L_t ≥ μ) ≤ α: the bound may be read after every task and the gate may
-stop on it whenever it likes. The running maximum max_{s≤t} L_s (the running
-intersection) therefore holds too. ``lower_bounds`` returns it, clipped to the
-trivial −1 and mapped back to d (2 L − 1); ``upper_bounds`` applies the same to
-−d. Validity needs a constant conditional mean: the tasks are draws from one
-task distribution (the quantity bounded is the mean gain over that
-distribution, as for the bootstrap) and are taken in an order that does not
-depend on their scores, hence a seeded shuffle fixed in advance.
-
-The cost of the cap c: Σ λ_i ≤ c·t, so in units of d the lower bound is never
-above the λ-weighted mean difference minus 2 log(1/α) / (c·t). A decision at
-distance g from its threshold needs at least 2 log(1/α) / (c·g) tasks, however
-little noise there is: 120 tasks for g = 0.10 at α = 0.05, c = 1/2.
+The cost of the cap c: with no noise at all (x ≡ 1/2, every bet at its cap c/m)
+K_t(m) = (1 + c (1/(2m) − 1))^t, so a lower bound at distance G below the mean
+difference (in units of d) needs log(1/α) / log(1 + c G / (1 − G)) tasks: identical
+scores rule out a drop of 0.10 after 38 tasks at α = 0.05 and c = 3/4. The empirical-Bernstein
+bound of the same paper (its Theorem 2) needed 120 for that: its bets do not grow
+with the distance from m, and its penalty term grows with them.
 
 Splitting α between the two sides: each side is run at level α, not α/2.
 A wrong promotion needs μ < min_gain ≤ L_t for some t (probability ≤ α); a
@@ -60,7 +58,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BET_CAP = 0.5  # c: the largest bet λ (the paper suggests 1/2 or 3/4)
+BET_CAP = 0.75  # c: the largest share of capital staked, as c / m (the paper suggests 1/2 or 3/4)
+GRID = np.arange(1, 1000) / 1000  # the means m the bound is read on: it is rounded down to them
+_CHUNK = 4_000_000  # grid cells (runs x tasks x means) computed at once
 
 
 @dataclass(frozen=True)
@@ -95,38 +95,46 @@ def rounds(n_tasks: int, round_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + round_size, n_tasks)) for start in range(0, n_tasks, round_size)]
 
 
-def prpl_eb_lower(x_T: np.ndarray, alpha: float) -> np.ndarray:
-    """L_t of the PrPl-EB confidence sequence for the mean of x in [0, 1], along the last axis.
+def betting_lower(x_T: np.ndarray, alpha: float) -> np.ndarray:
+    """L_t of the betting confidence sequence for the mean of x in [0, 1], along the last axis.
 
-    Each L_t on its own, neither intersected over time nor clipped (it is below 0 early on).
+    Each L_t on its own, not intersected over time: the largest mean of ``GRID`` at or below
+    which every mean is ruled out after t observations (0 when none is).
     """
-    x_T = np.asarray(x_T, dtype=float)
-    t_T = np.arange(1, x_T.shape[-1] + 1)
+    x_R_T = np.atleast_2d(np.asarray(x_T, dtype=float))
+    runs, n = x_R_T.shape
+    t_T = np.arange(1, n + 1)
     log_inv_alpha = math.log(1.0 / alpha)
 
-    mean_T = (0.5 + np.cumsum(x_T, axis=-1)) / (t_T + 1)
-    var_T = (0.25 + np.cumsum((x_T - mean_T) ** 2, axis=-1)) / (t_T + 1)
-    prev_mean_T = np.concatenate([np.full_like(x_T[..., :1], 0.5), mean_T[..., :-1]], axis=-1)
-    prev_var_T = np.concatenate([np.full_like(x_T[..., :1], 0.25), var_T[..., :-1]], axis=-1)
+    mean_R_T = (0.5 + np.cumsum(x_R_T, axis=-1)) / (t_T + 1)
+    var_R_T = (0.25 + np.cumsum((x_R_T - mean_R_T) ** 2, axis=-1)) / (t_T + 1)
+    prev_var_R_T = np.concatenate([np.full((runs, 1), 0.25), var_R_T[:, :-1]], axis=-1)
+    bet_R_T = np.sqrt(2.0 * log_inv_alpha / (prev_var_R_T * t_T * np.log1p(t_T)))
 
-    bet_T = np.minimum(np.sqrt(2.0 * log_inv_alpha / (prev_var_T * t_T * np.log1p(t_T))), BET_CAP)
-    v_T = 4.0 * (x_T - prev_mean_T) ** 2
-    psi_T = (-np.log1p(-bet_T) - bet_T) / 4.0
-    numerator_T = np.cumsum(bet_T * x_T, axis=-1) - log_inv_alpha - np.cumsum(v_T * psi_T, axis=-1)
-    return numerator_T / np.cumsum(bet_T, axis=-1)
+    cap_M = BET_CAP / GRID
+    lower_R_T = np.empty((runs, n))
+    step = max(1, _CHUNK // max(1, n * len(GRID)))
+    for start in range(0, runs, step):
+        rows = slice(start, start + step)
+        bet_r_T_M = np.minimum(bet_R_T[rows, :, None], cap_M)
+        log_capital_r_T_M = np.cumsum(np.log1p(bet_r_T_M * (x_R_T[rows, :, None] - GRID)), axis=1)
+        kept_r_T_M = log_capital_r_T_M < log_inv_alpha  # means not ruled out
+        first_kept_r_T = np.where(kept_r_T_M.any(axis=-1), kept_r_T_M.argmax(axis=-1), len(GRID))
+        lower_R_T[rows] = np.where(first_kept_r_T > 0, GRID[np.maximum(first_kept_r_T - 1, 0)], 0.0)
+    return lower_R_T.reshape(np.shape(x_T))
 
 
 def lower_bounds(diffs_T: np.ndarray, alpha: float) -> np.ndarray:
     """Anytime-valid lower bound of the mean of paired differences in [−1, 1] after each one.
 
-    The running maximum over time of the PrPl-EB bound, at least −1; works along the last axis,
+    The running maximum over time of the betting bound, at least −1; works along the last axis,
     so a [runs, T] array gives every run's sequence at once.
     """
     diffs_T = _checked(diffs_T, alpha)
     if diffs_T.shape[-1] == 0:
         return diffs_T.copy()
-    lower_x_T = np.maximum.accumulate(prpl_eb_lower((diffs_T + 1.0) / 2.0, alpha), axis=-1)
-    return 2.0 * np.maximum(lower_x_T, 0.0) - 1.0
+    lower_x_T = np.maximum.accumulate(betting_lower((diffs_T + 1.0) / 2.0, alpha), axis=-1)
+    return 2.0 * lower_x_T - 1.0
 
 
 def upper_bounds(diffs_T: np.ndarray, alpha: float) -> np.ndarray:

@@ -88,7 +88,14 @@ def test_too_few_pairs_continue_until_the_pair_or_time_cap_confirms():
     alike = [obs(2 * i, "v2", float(i % 2)) for i in range(70)] + [
         obs(2 * i + 1, "v1", float(i % 2)) for i in range(70)
     ]
-    capped = judge(alike, "v2", "v1", T0, T0 + 100, **RULES)
+    same = judge(alike, "v2", "v1", T0, T0 + 100, **RULES)  # the bound rules out a drop of 0.1
+    assert same.decision == "confirm" and "over the first 38 of 64 paired sessions" in same.reason
+    assert "not worse by more than the margin" in same.reason
+    # a win or a loss in every pair: a mean of 0 that 64 pairs cannot settle
+    split = [obs(2 * i, "v2", float(i % 2)) for i in range(70)] + [
+        obs(2 * i + 1, "v1", float((i + 1) % 2)) for i in range(70)
+    ]
+    capped = judge(split, "v2", "v1", T0, T0 + 100, **RULES)
     assert (
         capped.decision == "confirm"
         and capped.evidence["canary.pairs"] == 64

@@ -217,8 +217,8 @@ def test_a_sequential_promote_passes_the_target_and_the_other_checks_still_apply
 
 
 def test_a_sequential_continue_leaves_the_target_to_the_bootstrap():
-    champ = [0.0, 0.5, 0.0, 0.5] * 12
-    cand = [0.5, 0.5, 0.5, 0.5] * 12  # +0.25: clear for the bootstrap over 48 tasks, not yet anytime
+    champ = [0.0, 0.5, 0.5, 0.5] * 12
+    cand = [0.5, 0.5, 0.5, 0.5] * 12  # +0.125: clear for the bootstrap over 48 tasks, not yet anytime
     verdict = verdict_of(cand, champ)
     assert verdict.decision == "continue"
     d = decide(scores(cand), scores(champ), None, None, RULE, sequential=verdict)

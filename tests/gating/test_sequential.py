@@ -7,6 +7,8 @@ import pytest
 
 from gating.rule import lower_bound, upper_bound
 from gating.sequential import (
+    BET_CAP,
+    GRID,
     first_stop,
     guard_power,
     lower_bounds,
@@ -22,8 +24,13 @@ from gating.sequential import (
 LOG20 = math.log(20.0)  # log(1/α) at α = 0.05
 
 
-def psi(bet):
-    return (-math.log(1.0 - bet) - bet) / 4.0
+def on_grid(m):
+    """``m`` rounded down to the grid of means the bound is read on."""
+    return GRID[np.less_equal(GRID, m + 1e-12)].max(initial=0.0)
+
+
+def bet(var_before, t, alpha=0.05):
+    return math.sqrt(2 * math.log(1 / alpha) / (var_before * t * math.log(1 + t)))
 
 
 def pass_at_1(rng, runs, n_tasks, champion_range, gain, samples=3):
@@ -77,57 +84,47 @@ def test_the_coverage_check_catches_a_bound_that_is_only_valid_at_one_fixed_time
     assert (normal_lower_R_T[:, 1:] >= mean).any(axis=1).mean() > 3 * alpha
 
 
-def test_three_observations_by_hand():
-    # d = −1, +1, 0 → x = 0, 1, 1/2; α = 0.95 so that the third bet is below the cap c = 1/2
-    alpha = 0.95
-    a = math.log(1 / alpha)
-    # t = 1: μ̂₀ = 1/2, σ̂²₀ = 1/4
-    bet1 = min(math.sqrt(2 * a / (0.25 * 1 * math.log(2))), 0.5)
-    v1 = 4 * (0.0 - 0.5) ** 2
-    mean1 = (0.5 + 0.0) / 2  # 1/4
-    var1 = (0.25 + (0.0 - mean1) ** 2) / 2  # 5/32
-    # t = 2
-    bet2 = min(math.sqrt(2 * a / (var1 * 2 * math.log(3))), 0.5)
-    v2 = 4 * (1.0 - mean1) ** 2  # 9/4
-    mean2 = (0.5 + 0.0 + 1.0) / 3  # 1/2
-    var2 = (0.25 + (0.0 - mean1) ** 2 + (1.0 - mean2) ** 2) / 3  # 3/16
-    # t = 3
-    bet3 = min(math.sqrt(2 * a / (var2 * 3 * math.log(4))), 0.5)
-    v3 = 4 * (0.5 - mean2) ** 2  # 0
-    assert (bet1, bet2) == (0.5, 0.5) and bet3 == pytest.approx(0.36271, abs=1e-5)
-
-    lower1 = (bet1 * 0.0 - a - v1 * psi(bet1)) / bet1
-    lower2 = (bet1 * 0.0 + bet2 * 1.0 - a - v1 * psi(bet1) - v2 * psi(bet2)) / (bet1 + bet2)
-    lower3 = (bet2 * 1.0 + bet3 * 0.5 - a - v1 * psi(bet1) - v2 * psi(bet2) - v3 * psi(bet3)) / (
-        bet1 + bet2 + bet3
-    )
-    assert lower1 < 0 < lower2 < lower3
-    expected = [-1.0, 2 * lower2 - 1, 2 * lower3 - 1]  # clipped at x = 0, then mapped back to d
-    assert lower_bounds(np.array([-1.0, 1.0, 0.0]), alpha) == pytest.approx(expected, abs=1e-12)
-    assert expected[1:] == pytest.approx([-0.41645, -0.30561], abs=1e-5)
+def test_identical_scores_by_hand():
+    # d ≡ 0: x ≡ 1/2, so μ̂ stays 1/2 and σ̂²_{t−1} = 1/(4t); where the plug-in bet exceeds the
+    # cap c/m every factor is 1 + c (1/(2m) − 1), so K_t(m) = (1 + c (1/(2m) − 1))^t and the means
+    # ruled out at α = 0.05 are those below m*_t = 1 / (2 (1 + (20^(1/t) − 1) / c))
+    lower = lower_bounds(np.zeros(60), 0.05)
+    for t in range(1, 61):
+        m_star = 1 / (2 * (1 + (20 ** (1 / t) - 1) / BET_CAP))
+        if bet(1 / (4 * t), t) >= BET_CAP / m_star:  # capped at m*: the closed form holds
+            assert lower[t - 1] == pytest.approx(2 * on_grid(m_star) - 1, abs=1e-12)
+        else:  # smaller bets, less capital: the bound is at most that
+            assert lower[t - 1] <= 2 * m_star - 1
+    assert bet(1 / 20, 5) >= BET_CAP / (1 / (2 * (1 + (20**0.2 - 1) / BET_CAP)))  # from t = 5 on
+    assert lower[37] == pytest.approx(-0.100, abs=1e-9) and lower[36] < -0.100
 
 
 def test_a_plain_loop_over_the_formula_gives_the_same_bounds():
     alpha = 0.05
     diffs = np.random.default_rng(3).choice(
-        [-1.0, -0.5, 0.0, 0.5, 1.0], p=[0.05, 0.1, 0.4, 0.25, 0.2], size=80
+        [-1.0, -0.5, 0.0, 0.5, 1.0], p=[0.05, 0.1, 0.4, 0.25, 0.2], size=40
     )
 
     def loop_lower(ds):
         mean, var, best = 0.5, 0.25, 0.0
-        sum_bet = sum_bet_x = sum_penalty = sum_sq = sum_x = 0.0
+        sum_sq = sum_x = 0.0
+        log_capital = {m: 0.0 for m in GRID}
         out = []
         for t, d in enumerate(ds, start=1):
             x = (d + 1) / 2
-            bet = min(math.sqrt(2 * math.log(1 / alpha) / (var * t * math.log(1 + t))), 0.5)
-            sum_bet += bet
-            sum_bet_x += bet * x
-            sum_penalty += 4 * (x - mean) ** 2 * psi(bet)
+            plug_in = math.sqrt(2 * math.log(1 / alpha) / (var * t * math.log(1 + t)))
+            for m in GRID:
+                log_capital[m] += math.log(1 + min(plug_in, BET_CAP / m) * (x - m))
+            ruled_out = 0.0
+            for m in GRID:  # from the smallest mean up, while each is ruled out
+                if log_capital[m] < math.log(1 / alpha):
+                    break
+                ruled_out = m
             sum_x += x
             mean = (0.5 + sum_x) / (t + 1)
             sum_sq += (x - mean) ** 2
             var = (0.25 + sum_sq) / (t + 1)
-            best = max(best, (sum_bet_x - math.log(1 / alpha) - sum_penalty) / sum_bet)
+            best = max(best, ruled_out)
             out.append(2 * best - 1)
         return out
 
@@ -156,10 +153,10 @@ def test_a_clearly_better_candidate_is_promoted_before_the_suite_ends():
     assert sum(o.decision == "promote" for o in better) >= 25
     assert not any(o.decision == "reject" for o in better)
     assert all(o.tasks_used < 48 for o in better if o.decision == "promote")
-    assert np.median([o.tasks_used for o in better]) <= 40
+    assert np.median([o.tasks_used for o in better]) <= 24
     much_better = outcomes(pass_at_1(rng, 30, 48, (0.0, 0.1), 0.8))
     assert all(o.decision == "promote" for o in much_better)
-    assert np.median([o.tasks_used for o in much_better]) <= 24
+    assert np.median([o.tasks_used for o in much_better]) <= 12
     assert all(o.lower >= 0.05 for o in much_better)
     assert "anytime lower bound" in much_better[0].reason
 
@@ -168,15 +165,20 @@ def test_a_clearly_worse_candidate_is_rejected_before_the_suite_ends():
     worse = outcomes(pass_at_1(np.random.default_rng(12), 30, 48, (0.4, 0.8), -0.3))
     assert sum(o.decision == "reject" for o in worse) >= 25
     assert not any(o.decision == "promote" for o in worse)
-    assert np.median([o.tasks_used for o in worse]) <= 40
+    assert np.median([o.tasks_used for o in worse]) <= 24
     assert all(o.upper < 0.05 for o in worse if o.decision == "reject")
 
 
 def test_a_close_call_uses_every_task_and_leaves_the_decision_to_the_full_suite_rule():
     close = outcomes(pass_at_1(np.random.default_rng(13), 30, 48, (0.2, 0.7), 0.05))
-    assert all(o.decision == "continue" and o.tasks_used == 48 for o in close)
-    assert all(o.lower < 0.05 <= o.upper for o in close)
-    assert "straddle" in close[0].reason
+    undecided = [o for o in close if o.decision == "continue"]
+    assert len(undecided) >= 24 and all(o.tasks_used == 48 for o in undecided)
+    assert all(o.lower < 0.05 <= o.upper for o in undecided)
+    assert "straddle" in undecided[0].reason
+    # a gain exactly at min_gain: a verdict either way is a mistake, each side at most α
+    diffs_R_T = pass_at_1(np.random.default_rng(5), 2000, 48, (0.2, 0.7), 0.05)
+    step_R, _ = first_stop(diffs_R_T, 0.05, 0.05, min_tasks=8)
+    assert (step_R > 0).mean() <= 0.05 and (step_R < 0).mean() <= 0.05
 
 
 def test_the_sequential_gate_never_contradicts_a_clear_full_suite_bootstrap():
@@ -196,41 +198,40 @@ def test_the_sequential_gate_never_contradicts_a_clear_full_suite_bootstrap():
 
 
 def test_the_guard_passes_exactly_when_the_cap_on_the_bets_allows():
-    # d ≡ 0: x ≡ 1/2, so μ̂ stays 1/2, every v is 0, every bet is capped at 1/2, and
-    # L(x) = 1/2 − log(1/α) / (t/2), i.e. L(d) = −4 log(20) / t: first ≥ −0.10 at t = 120
-    assert math.ceil(4 * LOG20 / 0.10) == 120
-    same = sequential_noninferiority(np.zeros(130), margin=0.10, alpha=0.05, min_tasks=1)
-    assert (same.decision, same.tasks_used) == ("pass", 120)
-    assert same.lower == pytest.approx(-4 * LOG20 / 120) and same.upper == pytest.approx(4 * LOG20 / 120)
-    short = sequential_noninferiority(np.zeros(119), margin=0.10, alpha=0.05, min_tasks=1)
-    assert (short.decision, short.tasks_used) == ("continue", 119)
-    late = sequential_noninferiority(np.zeros(130), margin=0.10, alpha=0.05, min_tasks=125)
-    assert (late.decision, late.tasks_used) == ("pass", 125)
-    in_rounds = sequential_noninferiority(np.zeros(130), margin=0.10, alpha=0.05, min_tasks=1, round_size=25)
-    assert (in_rounds.decision, in_rounds.tasks_used) == ("pass", 125)
+    # d ≡ 0 (see test_identical_scores_by_hand): L_t(d) = 2 m*_t − 1 ≥ −0.10 first at t = 38
+    assert math.ceil(LOG20 / math.log(1 + BET_CAP * 0.10 / 0.90)) == 38
+    same = sequential_noninferiority(np.zeros(60), margin=0.10, alpha=0.05, min_tasks=1)
+    assert (same.decision, same.tasks_used) == ("pass", 38)
+    assert same.lower == pytest.approx(-0.10) and same.upper == pytest.approx(0.10)
+    short = sequential_noninferiority(np.zeros(37), margin=0.10, alpha=0.05, min_tasks=1)
+    assert (short.decision, short.tasks_used) == ("continue", 37)
+    late = sequential_noninferiority(np.zeros(60), margin=0.10, alpha=0.05, min_tasks=45)
+    assert (late.decision, late.tasks_used) == ("pass", 45)
+    in_rounds = sequential_noninferiority(np.zeros(60), margin=0.10, alpha=0.05, min_tasks=1, round_size=25)
+    assert (in_rounds.decision, in_rounds.tasks_used) == ("pass", 50)
 
 
 def test_the_guard_fails_a_collapse_as_soon_as_the_bound_shows_it():
-    # d ≡ −1: the upper bound is −L of x' ≡ 1, where μ̂_{t−1} = 1 − 1/(2t), so v_t = 1/t², and the
-    # bets are capped at 1/2: U(d) = −1 + 4 (log 20 + ψ(1/2) Σ_{i≤t} 1/i²) / t
+    # d ≡ −1: the upper bound is −L of x' ≡ 1, whose plug-in bets stay above the cap c/m near
+    # m = 0.55, so K_t(m) = (1 + c (1/m − 1))^t: m*_t = 1 / (1 + (20^(1/t) − 1) / c), U(d) = 1 − 2 m*_t
     def upper(t):
-        return -1 + 4 * (LOG20 + psi(0.5) * sum(1 / i**2 for i in range(1, t + 1))) / t
+        return 1 - 2 * on_grid(1 / (1 + (20 ** (1 / t) - 1) / BET_CAP))
 
     first = next(t for t in range(1, 48) if upper(t) < -0.10)
-    assert first == 14
+    assert first == 7
     collapse = sequential_noninferiority(-np.ones(48), margin=0.10, alpha=0.05, min_tasks=1)
-    assert (collapse.decision, collapse.tasks_used) == ("fail", 14)
-    assert collapse.upper == pytest.approx(upper(14))
+    assert (collapse.decision, collapse.tasks_used) == ("fail", 7)
+    assert collapse.upper == pytest.approx(upper(7))
     assert "worse by more than the margin" in collapse.reason
     waits = sequential_noninferiority(-np.ones(48), margin=0.10, alpha=0.05, min_tasks=20)
     assert (waits.decision, waits.tasks_used) == ("fail", 20)
 
 
 def test_the_guard_cannot_decide_a_noisy_tie_in_48_tasks():
-    # 48 tasks: the bounds are at least 4 log(20) / 48 ≈ 0.25 from the (weighted) mean change of 0
+    # every task a full win or a full loss: a mean of 0 with the largest spread there is
     noisy = sequential_noninferiority(np.tile([1.0, -1.0], 24), margin=0.10, alpha=0.05, min_tasks=1)
     assert (noisy.decision, noisy.tasks_used) == ("continue", 48)
-    assert noisy.lower < -0.10 - 0.25 + 0.1 and noisy.upper > -0.10
+    assert noisy.lower < -0.25 and noisy.upper > 0.25
     few = sequential_noninferiority(np.zeros(5), margin=0.10, alpha=0.05, min_tasks=8)
     assert few.decision == "continue" and "fewer than the 8" in few.reason
 
@@ -238,7 +239,7 @@ def test_the_guard_cannot_decide_a_noisy_tie_in_48_tasks():
 def test_first_stop_reads_each_run_at_the_ends_of_rounds():
     runs_R_T = np.stack([np.zeros(130), -np.ones(130), np.tile([1.0, -1.0], 65)])
     step_R, used_R = first_stop(runs_R_T, -0.10, 0.05, min_tasks=1, round_size=10)
-    assert step_R.tolist() == [1, -1, 0] and used_R.tolist() == [120, 20, 130]
+    assert step_R.tolist() == [1, -1, 0] and used_R.tolist() == [40, 10, 130]
 
 
 def test_rounds_and_task_order():
@@ -270,9 +271,9 @@ def test_the_simulated_scores_have_the_requested_mean_change():
 
 
 def test_guard_power_rates_and_tasks():
-    # identical policies scored identically: passes exactly at 120 tasks, never at 119
-    assert guard_power(0.0, 0.10, 120, coupling=1.0, min_tasks=1, runs=50).pass_rate == 1.0
-    assert guard_power(0.0, 0.10, 119, coupling=1.0, min_tasks=1, runs=50).pass_rate == 0.0
+    # identical policies scored identically: passes exactly at 38 tasks, never at 37
+    assert guard_power(0.0, 0.10, 38, coupling=1.0, min_tasks=1, runs=50).pass_rate == 1.0
+    assert guard_power(0.0, 0.10, 37, coupling=1.0, min_tasks=1, runs=50).pass_rate == 0.0
     # a candidate exactly at the margin passes at most α of the time
     at_margin = guard_power(-0.10, 0.10, 300, samples=1, coupling=0.9, runs=400)
     assert at_margin.pass_rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
