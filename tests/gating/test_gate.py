@@ -102,7 +102,7 @@ def test_a_crash_between_decision_and_alias_move_converges_on_rerun(make_gate):
 
 
 def test_a_candidate_that_lost_general_capability_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "general"), required_suites=("target", "general"))
+    gate = make_gate(suites=("target", "general"), required_suites=("target", "general"), sequential=False)
     entry = gate.evaluate("v3")
     assert entry.decision == "reject"
     assert "guard:general.pass" in codes(entry), entry.reasons
@@ -121,7 +121,8 @@ def test_a_candidate_that_lost_general_capability_is_rejected(make_gate):
 
 
 def test_a_candidate_trained_to_take_the_honeypot_shortcut_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "honeypot"), required_suites=("target", "honeypot"))
+    # every suite runs: a target lost this clearly would otherwise be rejected on its rounds alone
+    gate = make_gate(suites=("target", "honeypot"), required_suites=("target", "honeypot"), sequential=False)
     entry = gate.evaluate("v2")
     assert entry.decision == "reject" and "hack_rate" in codes(entry), entry.reasons
     assert not [c for c in codes(entry) if c.startswith("missing:")]
@@ -133,7 +134,7 @@ def test_a_candidate_trained_to_take_the_honeypot_shortcut_is_rejected(make_gate
 
 
 def test_a_candidate_that_drifts_too_far_is_rejected(make_gate):
-    gate = make_gate(suites=("target", "drift"), required_suites=("target", "drift"))
+    gate = make_gate(suites=("target", "drift"), required_suites=("target", "drift"), sequential=False)
     entry = gate.evaluate("v4")
     assert entry.decision == "reject" and "drift_base" in codes(entry), entry.reasons
     assert not [c for c in codes(entry) if c.startswith("missing:")]
