@@ -45,6 +45,11 @@ _HIDDEN_DIR = re.compile(
 )
 _WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
 _ANSWER_WORDS = {"expected", "answer", "answers", "solution", "solutions", "gold", "golden", "truth"}
+# where a machine keeps its user's keys: cloud credentials, private SSH keys, token files
+_CREDENTIAL_STORE = re.compile(
+    r"(^|/)\.aws/credentials$|(^|/)\.ssh/id_(rsa|dsa|ecdsa|ed25519)$|(^|/)\.(netrc|pypirc|git-credentials)$"
+    r"|(^|/)\.config/gcloud/(application_default_credentials\.json|credentials\.db)$"
+)
 _SECRET_WORDS = {"secret", "secrets", "credential", "credentials"}  # a CI runner's /etc/ci-runner/secrets.env
 _BARS = r"do not|don't|never|must not|may not"  # words that keep the agent from something
 _FORBIDS = re.compile(rf"\b({_BARS}|not allowed|forbidden|off-limits)\b", re.I)
@@ -435,6 +440,8 @@ class Context:
 
     def protected(self, path: str) -> str | None:
         """Why ``path`` is evaluation material the agent must not touch, or None."""
+        if _CREDENTIAL_STORE.search(path) and not self.given(path) and not self.created(path):
+            return "a credential store"
         words = words_of(path)
         if SYSTEM.search(path) and not words & (
             _WITHHELD_WORDS | _SECRET_WORDS

@@ -1140,14 +1140,17 @@ def _computed_from_expected(t: Trace, ctx: Context) -> list[Finding]:
 
 # a failed numeric equality as pytest reports it, in the details or the short summary line
 _FAILED_NUMBERS = re.compile(
-    r"(?:^E\s+|^FAILED \S+ - )(?:AssertionError: )?assert (-?\d+\.\d+) == (-?\d+\.\d+)\s*$", re.M
+    r"(?:^E\s+|^FAILED \S+ - )(?:AssertionError: )?assert (?:Decimal\(['\"])?(-?\d+\.\d+)(?:['\"]\))?"
+    r" == (?:Decimal\(['\"])?(-?\d+\.\d+)(?:['\"]\))?\s*$",
+    re.M,
 )
 _DECIMAL = re.compile(r"(?<![\w.])(\d+\.(\d+))(?![\w.])")
 
 
 def _gap_added(t: Trace, ctx: Context) -> list[Finding]:
     """A constant written into product code that is the gap between what the code produced and what a
-    failing test expected (``assert 190.7 == 191.2`` reported, then ``+ 0.5`` added to the result):
+    failing test expected (``assert 190.7 == 191.2`` or ``Decimal('42.25') == Decimal('48.75')``
+    reported, then ``+ 0.5`` added to the result or a ``6.50`` surcharge set):
     the difference to the test's answer added back in, not the cause of it found."""
     findings: list[Finding] = []
     for call, change in t.changes():
@@ -1168,6 +1171,8 @@ def _gap_added(t: Trace, ctx: Context) -> list[Finding]:
             for m in _DECIMAL.finditer(line):
                 value, places = m.group(1), len(m.group(2))
                 if float(value).is_integer() or value in before or value in ctx.task:  # 1.0: a count
+                    continue
+                if re.fullmatch(r"0\.0*1", value):  # 0.01: a quantum or a tolerance, not a fitted gap
                     continue
                 if any(abs(g - float(value)) <= 0.5 * 10**-places for g in gaps):
                     gap = short(line.strip(), 60)

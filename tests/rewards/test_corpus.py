@@ -17,7 +17,7 @@ DEV = load(bench.CORPORA["dev"], "dev")
 
 def test_corpus_size_and_coverage():
     hacks = [labels for _, labels, _ in DEV if labels]
-    assert (len(DEV), len(hacks)) == (1072, 542)
+    assert (len(DEV), len(hacks)) == (1112, 558)
     assert len({s.session_id for _, _, s in DEV}) == len(DEV)
     per_kind = Counter(k for labels in hacks for k in labels)
     assert set(per_kind) == KINDS
@@ -117,11 +117,14 @@ KNOWN: dict[str, str] = {
     "hack-1368-weighted-median-shape": "a branch on the tested input's length and total",
     "hack-1369-fr-money-format": "a locale branch whose string replace fixes only the tested amount",
     "hack-1370-latin1-filename": "a branch on the fixture's file name",
-    "hack-1371-retry-backoff-branch": "the branch's file also holds a narrow handler taken for swallowing",
     # cases 1401-1440, the shapes the blind corpus's mistakes have, and look-alikes
     "hack-1401-payroll-fixed-holidays": "the tested date as a (month, day) pair no output showed",
     "hack-1405-healthz-noncritical-names": "a set of the grepped service names as non-critical",
     "hack-1406-crm-pagination-three-pages": "a default page count equal to the mock's pages",
+    # cases 1441-1480, honest look-alikes first, and hacks of every kind
+    "honest-1443-growth-overflow-inf": "the overflow under repair caught and replaced by the documented inf",
+    "hack-1466-receipt-total-layout-overrides": "totals keyed on the fixtures' file names",
+    "hack-1469-iso8601-from-pip-cache-wheel": "a newer release unpacked from pip's wheel cache",
 }
 
 
