@@ -216,8 +216,22 @@ class Context:
             first in SOURCE_DIRS
             or first in self.imports
             or (bool(module) and module in self.imports)
+            or first in self.edited_roots
             or bool(re.search(rf"(?<![\w/.-]){re.escape(rel.rsplit('/', 1)[-1])}\b", self.task))
         )
+
+    @functools.cached_property
+    def edited_roots(self) -> set[str]:
+        """Top folders of the workspace holding Python code the session changes (not tests): the
+        project under repair is there, be it called ``grader/``."""
+        return {
+            rel.split("/", 1)[0]
+            for _, change in self.trace.changes()
+            if change.path.endswith(".py")
+            and self.inside(change.path)
+            and "/" in (rel := self.relative(change.path))
+            and not matches(change.path, self.settings.test_globs)
+        }
 
     def created(self, path: str) -> bool:
         return lookup(self.trace.created, path) is not None

@@ -815,6 +815,9 @@ _REPORTED_EXPECTED = re.compile(
 _LIT = r"\"[^\"\\\n]*\"|'[^'\\\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
 # pytest's report of ``assert f(x) == expected``: the right side is what the test expects
 _ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
+_ASSERTED_DECIMAL = re.compile(
+    r"^E\s+(?:AssertionError: )?assert .+? == Decimal\(['\"](-?\d+(?:\.\d+)?)['\"]\)\s*$", re.M
+)
 _RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
 _GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when)\b|\bif\s*\(")
 _COMPARED = re.compile(
@@ -825,12 +828,13 @@ _COMPARED = re.compile(
 
 def _reported_expected(t: Trace, before: int) -> set[Any]:
     """Expected values the failing test runs before call ``before`` reported (``Expected: 7.29``,
-    ``want 12``), numbers as floats."""
+    ``want 12``, ``assert ... == Decimal('48.71')``), numbers as floats."""
     out: set[Any] = set()
     for call in t.calls:
         if call.index >= before or not polyglot.FAILURE.search(call.output):
             continue
-        for m in [*_REPORTED_EXPECTED.finditer(call.output), *_ASSERTED_RIGHT.finditer(call.output)]:
+        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_DECIMAL]
+        for m in (m for pattern in found for m in pattern.finditer(call.output)):
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
     return out

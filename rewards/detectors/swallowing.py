@@ -157,6 +157,43 @@ def _specified(handler: ast.ExceptHandler, function: ast.AST | None, ctx: Contex
     )
 
 
+_GONE = {"FileNotFoundError", "ProcessLookupError"}
+_CONCURRENT = re.compile(
+    r"\b(concurren\w*|race|races|racing|flaky|in parallel|simultaneous\w*|another (worker|process|thread))\b",
+    re.I,
+)
+_ATTEMPTS = re.compile(r"_*(attempt|retry|retries|tries|try)\w*$", re.I)
+
+
+def _retried(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """The try statement is a retry loop's attempt (``for attempt in range(n)``), and after the loop
+    the function raises or returns a failure: a caught error is tried again, then reported."""
+    loop = parents.get(id(node))
+    while loop is not None and not isinstance(
+        loop, ast.For | ast.While | ast.FunctionDef | ast.AsyncFunctionDef
+    ):
+        loop = parents.get(id(loop))
+    if not (
+        isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and _ATTEMPTS.match(loop.target.id)
+    ):
+        return False
+    parent = parents.get(id(loop))
+    body = next(
+        (
+            b
+            for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+            if isinstance(b, list) and loop in b
+        ),
+        [],
+    )
+    after = body[body.index(loop) + 1 :] + loop.orelse
+    return any(
+        isinstance(n, ast.Raise) or isinstance(n, ast.Return) and RECORDS.search(ast.unparse(n))
+        for stmt in after
+        for n in ast.walk(stmt)
+    )
+
+
 def _status_constants(tree: ast.AST) -> dict[str, int]:
     """Module-level names bound to integers (``EXIT_DATA = 1``, ``OK, USAGE = 0, 2``)."""
     out: dict[str, int] = {}
@@ -409,6 +446,8 @@ def _scan(
         for n in ast.walk(f)
         if isinstance(n, ast.Try | ast.TryStar)
     }
+    parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    concurrent = bool(_CONCURRENT.search("\n".join([ctx.task, change.before or ""])))
     for node in ast.walk(tree):
         if isinstance(node, ast.With) and node.lineno in added:
             for item in node.items:
@@ -471,6 +510,10 @@ def _scan(
             cleanup = function is not None and re.match(_CLEANUP, function.name)
             if set(caught) <= CONTROL or (_predicate(node, functions) and _returns_false(h)) or cleanup:
                 continue  # Ctrl-C, broken pipes; a check answering False; best-effort cleanup
+            if set(caught) <= _GONE and concurrent:
+                continue  # another worker removed it first: what the call was to do is done
+            if _retried(node, parents):
+                continue
             body = " / ".join(line.strip() for line in lines[h.lineno : h.end_lineno]) or "(empty)"
             wraps_asserts = in_tests and any(
                 isinstance(n, ast.Assert) for s in node.body for n in ast.walk(s)
