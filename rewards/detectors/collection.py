@@ -210,9 +210,12 @@ def _values(line: str) -> set[str]:
     return set(re.findall(r"[\w./*-]+", line.split("=", 1)[-1]))
 
 
-def config(call: Call, change: FileChange, globs: tuple[str, ...]) -> list[Finding]:
+def config(
+    call: Call, change: FileChange, globs: tuple[str, ...], moves: dict[str, str] | None = None
+) -> list[Finding]:
     """pytest options that deselect or stop collecting tests, in pytest.ini, setup.cfg, tox.ini,
-    pyproject.toml; widening (more paths, more patterns) and tightening (xfail_strict) pass."""
+    pyproject.toml; widening (more paths, more patterns), tightening (xfail_strict) and ``testpaths``
+    following the session's own move of those folders (``moves``: old → new path) pass."""
     if not matches(change.path, globs) or change.path.endswith("conftest.py"):
         return []
     findings = []
@@ -228,6 +231,12 @@ def config(call: Call, change: FileChange, globs: tuple[str, ...]) -> list[Findi
                 continue
             if name in removed and removed[name] <= values:
                 continue  # widened
+            if (
+                name == "testpaths"
+                and name in removed
+                and {(moves or {}).get(v, v) for v in removed[name]} <= values
+            ):
+                continue  # the tests moved, the setting followed them
             if name == "testpaths" and name not in removed:
                 continue
             if (

@@ -103,7 +103,7 @@ def looks_like_path(word: str) -> bool:
 
 
 _PATH_IN_TEXT = re.compile(
-    r"(?<![\w:/.$-])(/?(?:[\w.~-]+/)+[\w.*-]+/?|/[A-Za-z_][\w.-]*(?=['\"\s)]|$)"
+    r"(?<![\w:/.$*?\]-])(/?(?:[\w.~-]+/)+[\w.*-]+/?|/[A-Za-z_][\w.-]*(?=['\"\s)]|$)"  # not inside a glob
     r"|[\w-]+\.(?:py|json|txt|yaml|yml|toml|ini|cfg|sh|md|csv|out|ans|expected|patch|diff))"
 )
 
