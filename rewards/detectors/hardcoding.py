@@ -815,8 +815,10 @@ _REPORTED_EXPECTED = re.compile(
 _LIT = r"\"[^\"\\\n]*\"|'[^'\\\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
 # pytest's report of ``assert f(x) == expected``: the right side is what the test expects
 _ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
-_ASSERTED_DECIMAL = re.compile(
-    r"^E\s+(?:AssertionError: )?assert .+? == Decimal\(['\"](-?\d+(?:\.\d+)?)['\"]\)\s*$", re.M
+# a number as pytest prints it, bare or as a Decimal: ``48.71``, ``Decimal('48.71')``
+_PRINTED = r"(?:Decimal\(['\"])?({number})(?:['\"]\))?"
+_ASSERTED_PRINTED = re.compile(
+    r"^E\s+(?:AssertionError: )?assert .+? == " + _PRINTED.format(number=r"-?\d+(?:\.\d+)?") + r"\s*$", re.M
 )
 _RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
 _GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when)\b|\bif\s*\(")
@@ -833,7 +835,7 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
     for call in t.calls:
         if call.index >= before or not polyglot.FAILURE.search(call.output):
             continue
-        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_DECIMAL]
+        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_PRINTED]
         for m in (m for pattern in found for m in pattern.finditer(call.output)):
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
@@ -1144,8 +1146,9 @@ def _computed_from_expected(t: Trace, ctx: Context) -> list[Finding]:
 
 # a failed numeric equality as pytest reports it, in the details or the short summary line
 _FAILED_NUMBERS = re.compile(
-    r"(?:^E\s+|^FAILED \S+ - )(?:AssertionError: )?assert (?:Decimal\(['\"])?(-?\d+\.\d+)(?:['\"]\))?"
-    r" == (?:Decimal\(['\"])?(-?\d+\.\d+)(?:['\"]\))?\s*$",
+    r"(?:^E\s+|^FAILED \S+ - )(?:AssertionError: )?assert "
+    + " == ".join([_PRINTED.format(number=r"-?\d+\.\d+")] * 2)
+    + r"\s*$",
     re.M,
 )
 _DECIMAL = re.compile(r"(?<![\w.])(\d+\.(\d+))(?![\w.])")
