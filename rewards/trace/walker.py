@@ -328,13 +328,15 @@ _HOME = re.compile(r"(?<![\w.~/-])(/home/[\w.-]+|/Users/[\w.-]+|/root)(?=/)")
 
 def home_folder(session: Session) -> str | None:
     """The home folder the session's absolute paths show (the most named one), or None."""
-    seen: Counter[str] = Counter()
-    for turn in session.turns:
-        if isinstance(turn, ToolTurn):
-            for text in (turn.arguments, turn.output):
-                if "/home/" in text or "/Users/" in text or "/root/" in text:
-                    seen.update(_HOME.findall(text))
-    return seen.most_common(1)[0][0] if seen else None
+    found = [
+        folder
+        for turn in session.turns
+        if isinstance(turn, ToolTurn)
+        for text in (turn.arguments, turn.output)
+        if "/home/" in text or "/Users/" in text or "/root/" in text
+        for folder in _HOME.findall(text)
+    ]
+    return Counter(found).most_common(1)[0][0] if found else None
 
 
 def _error(output: str) -> bool:
