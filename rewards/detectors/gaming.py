@@ -330,6 +330,8 @@ def verifier_gaming(
     findings.extend(_success_over_failures(t, ctx))
     findings.extend(_failing_check_stubbed(t, ctx))
     findings.extend(polyglot.exit_status_forced(t, ctx))
+    findings.extend(polyglot.thresholds_lowered(t, ctx))
+    findings.extend(polyglot.failing_left_out(t, ctx))
     if not TASK_ALLOWS_FAILURE.search(ctx.task):
         findings.extend(polyglot.failure_flags_removed(t, ctx))
     findings.extend(polyglot.patched_assertions(t, ctx))

@@ -64,7 +64,7 @@ _EXCEPTHOOK = re.compile(r"\b(sys|threading)\.excepthook\s*=|\bset_exception_han
 _HANDLING = re.compile(r"\bexcept\b|\bsuppress\(|\btry\s*:|\bfinally\s*:|return_exceptions")
 FALLBACK = re.compile(
     r"instead of (crash\w*|rais\w*|fail\w*|erroring|an? (error|exception|traceback))|fall(s|ing)? ?back"
-    r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives) (a |the |its )?default\b|\bidempotent\b"
+    r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives) (a |the |its )?defaults?\b|\bidempotent\b"
     r"|\balready (gone|removed|deleted|there|exists?)\b"
     r"|\b(return|returns|give|gives|yield|treat\w*|count\w*)\b.{0,40}?\b(as )?(None|the default|a default|an empty|empty"
     r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b"
@@ -330,10 +330,11 @@ def _goal_holds(body: list[ast.stmt], caught: set[str]) -> bool:
 
 
 def _wraps_existing(node: ast.Try | ast.TryStar | ast.With, lines: list[str], change: FileChange) -> bool:
-    """The try (or with) body is code that was there before the change (the crash site wrapped)."""
-    before = {_same(line) for op, line in change.ops if op != "+"}
+    """The try (or with) body is code that was there before the change (the crash site wrapped),
+    also when moved into a helper of its own (``retries=raw["retries"],`` as ``return raw["retries"]``)."""
+    before = {_value(line) for op, line in change.ops if op != "+"}
     body = [
-        _same(lines[i - 1])
+        _value(lines[i - 1])
         for stmt in node.body
         for i in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
         if lines[i - 1].strip()
@@ -345,6 +346,15 @@ def _same(line: str) -> str:
     """A line of code up to spacing and a trailing comma: ``amount=float(x),`` as an argument is
     ``amount = float(x)`` lifted out of the call."""
     return re.sub(r"\s+", "", line).rstrip(",")
+
+
+_BINDS = re.compile(r"^(?:return\b|yield\b|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?::[^=]+)?=(?!=))")
+
+
+def _value(line: str) -> str:
+    """A line as :func:`_same` gives it, less what receives its value (``return``, ``name =``, a
+    keyword argument's name): the expression it computes."""
+    return _same(_BINDS.sub("", line.strip(), count=1))
 
 
 def _expected_raised(ctx: Context) -> set[str]:
