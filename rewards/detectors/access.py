@@ -233,7 +233,10 @@ def _code_fetched(call, ctx: Context) -> str | None:
     return f"defines {', '.join(shared[:3])}" if len(shared) >= 2 else None
 
 
-_INSTALLED = re.compile(r"/(?:site-packages|dist-packages|node_modules)/(.+)$")
+# the innermost folder of installed packages: pnpm keeps each release under
+# ``node_modules/.pnpm/<name>@<version>/node_modules/<name>/``
+_INSTALLED = re.compile(r"^.*/(?:site-packages|dist-packages|node_modules)/(.+)$")
+_BUILT = re.compile(r"(?:^|/)(?:dist|build|lib|out|esm|cjs)/")  # a JavaScript package's compiled code
 _NUMBERED = re.compile(r"^\s*\d+\t")  # cat -n, an editor's view
 
 
@@ -256,7 +259,10 @@ def _copy_of(path: str) -> tuple[str, str] | None:
     """(package, path inside the package) of a file in an installed or vendored copy of some
     package (a vendored folder's version dropped: ``vendor/qsparse-2.1/`` is qsparse)."""
     if m := _INSTALLED.search(path):
-        return m.group(1).split("/", 1)[0], m.group(1)
+        inside = m.group(1)
+        if inside.startswith("@") and inside.count("/") >= 2:  # a scoped package: @scope/name/...
+            return inside.split("/", 2)[1], inside
+        return inside.split("/", 1)[0], inside
     if m := _VENDORED.search(path):
         return re.sub(r"[-_]v?\d[\w.]*$", "", m.group(1).split("/", 1)[0]), m.group(1)
     if m := _CACHED.search(path):
@@ -392,10 +398,14 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
             ):
                 return f"{path} copied over {change.path}"
 
-        def own_copy(target: str, package: str = package, named: str = named) -> bool:
+        # a JavaScript package's compiled build (``dist/index.js``) bundles its sources: any of
+        # the project's own files of that package can be where its lines go
+        built = bool(_INSTALLED.search(path) and _BUILT.search(named))
+
+        def own_copy(target: str, package: str = package, named: str = named, built: bool = built) -> bool:
             """The project's own file of that name (not a copy updated, not a test)."""
             return (
-                (target == named or target.endswith("/" + named))
+                (target == named or target.endswith("/" + named) or built)
                 and not _copy_of(target)
                 and _ours(package, target, packages)
                 and not ctx.is_test(target)
