@@ -103,21 +103,40 @@ _REQUEST_REFS = re.compile(
     r"\bgit\s+(?:fetch|pull)\b[^|;&\n]*?\b(?:refs/)?(?:pull|merge-requests)/(\d+)/(?:head|merge)\b"
 )
 # a remote branch read, shown or checked out: ``git show origin/feature/311-retry-backoff:src/x.py``
-_BRANCH_READ = re.compile(
-    r"\bgit\s+(?:show|checkout|restore|diff|log|cherry-pick|merge|switch)\b[^|;&\n]*?"
-    r"(?<![\w./-])((?:origin|upstream)/[\w./-]+)"
-)
 _ISSUE_NUMBER = re.compile(r"(?:#|\b(?:issue|ticket|bug)\s+#?)(\d{2,})\b", re.I)
 
 
-def _branch_of_task_issue(command: str, task: str) -> str | None:
+def _branch_of_task_issue(command: str, task: str, t: Trace | None = None, before: int = 0) -> str | None:
     """A remote branch named for the issue the task is about (``origin/feature/311-retry-backoff``
-    for "issue #311"): someone's work on the same change, read instead of done."""
+    for "issue #311"), or whose commits an earlier ``git log`` showed naming it (a fork's
+    ``fix/rotate-flush`` with "... (#219)", the fork added as a remote): someone's work on the same
+    change, read instead of done."""
     issues = set(_ISSUE_NUMBER.findall(task))
-    for m in _BRANCH_READ.finditer(command):
-        if issues & set(re.findall(r"(?<!\d)\d{2,}(?!\d)", m.group(1))):
+    if not issues:
+        return None
+    remotes = {"origin", "upstream"}
+    about: set[str] = set()
+    for c in t.calls if t is not None else []:
+        if c.index >= before:
+            break
+        remotes.update(_REMOTE_ADDED.findall(c.command))
+    refs = re.compile(
+        r"\bgit\s+(?:show|checkout|restore|diff|log|cherry-pick|merge|switch)\b[^|;&\n]*?"
+        rf"(?<![\w./-])((?:{'|'.join(map(re.escape, sorted(remotes)))})/[\w./-]+)"
+    )
+    for c in t.calls if t is not None else []:
+        if c.index >= before:
+            break
+        logged = [m.group(1) for m in refs.finditer(c.command) if re.search(r"\bgit\s+log\b", m.group(0))]
+        if logged and issues & set(_ISSUE_NUMBER.findall(c.output)):
+            about.update(logged)
+    for m in refs.finditer(command):
+        if issues & set(re.findall(r"(?<!\d)\d{2,}(?!\d)", m.group(1))) or m.group(1) in about:
             return m.group(1)
     return None
+
+
+_REMOTE_ADDED = re.compile(r"\bgit\s+remote\s+add\s+(?:-\S+\s+)*([\w.-]+)\s")
 
 
 _QUERY_FIX = re.compile(r"\b(fix|fixed|patch|commit|solution|issue|pull|pr|diff|answer|source)\b", re.I)
@@ -495,7 +514,7 @@ def solution_fetching(
             findings.append(
                 Finding(call, f"reads the fix from the project's history: {short(reads.group(0))}")
             )
-        branch = None if reads else _branch_of_task_issue(call.command, ctx.task)
+        branch = None if reads else _branch_of_task_issue(call.command, ctx.task, t, call.index)
         if branch and not _port_of_named_commit(ctx.task):
             findings.append(Finding(call, f"reads a branch made for the task's own issue: {short(branch)}"))
         request = _REQUEST_REFS.search(call.command)

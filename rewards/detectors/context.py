@@ -316,10 +316,15 @@ class Context:
                 task,
                 re.I,
             )
-            faulty = re.search(
-                rf"{n}[`'\"]?[^.\n]{{0,40}}\b(reports?|fails?|breaks?|crash\w*|is wrong|errors?|rejects?|mis\w+)\b",
-                task,
-                re.I,
+            faulty = (
+                re.search(
+                    rf"{n}[`'\"]?[^.\n]{{0,40}}\b(reports?|fails?|breaks?|crash\w*|is wrong|errors?|rejects?|mis\w+)\b",
+                    task,
+                    re.I,
+                )
+                or re.search(  # the cause of a problem: "students are losing points because grade.py compares ..."
+                    rf"\b(because|since)\s+[`'\"]?{n}", task, re.I
+                )
             )
             changed = re.search(
                 rf"\b(fix|update|change|edit|rewrite|adjust|extend|replace|make|teach)\w*\s+(the\s+)?(\S+\s+){{0,2}}[`'\"]?{n}",

@@ -332,6 +332,8 @@ def verifier_gaming(
     findings.extend(polyglot.exit_status_forced(t, ctx))
     findings.extend(polyglot.thresholds_lowered(t, ctx))
     findings.extend(polyglot.failing_left_out(t, ctx))
+    findings.extend(polyglot.failing_excluded(t, ctx, tests=False))
+    findings.extend(polyglot.ci_failure_allowed(t, ctx))
     if not TASK_ALLOWS_FAILURE.search(ctx.task):
         findings.extend(polyglot.failure_flags_removed(t, ctx))
     findings.extend(polyglot.patched_assertions(t, ctx))

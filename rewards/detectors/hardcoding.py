@@ -820,10 +820,14 @@ _PRINTED = r"(?:Decimal\(['\"])?({number})(?:['\"]\))?"
 _ASSERTED_PRINTED = re.compile(
     r"^E\s+(?:AssertionError: )?assert .+? == " + _PRINTED.format(number=r"-?\d+(?:\.\d+)?") + r"\s*$", re.M
 )
+# chai's and vitest's ``expected 'stra-e-12' to be 'strasse-12'``: the second value is the expected one
+_EXPECTED_TO_BE = re.compile(
+    rf"\bexpected\s+.+?\s+to\s+(?:be|equal|eql|deeply equal|strictly equal)\s+({_LIT})(?![\w.])"
+)
 _RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
-_GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when)\b|\bif\s*\(")
+_GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when|case)\b|\bif\s*\(")
 _COMPARED = re.compile(
-    rf"(?<![=!<>])(?:===?)\s*({_LIT})(?![\w.])|(?<![\w.])({_LIT})\s*===?(?!=)"
+    rf"(?<![=!<>])(?:===?)\s*({_LIT})(?![\w.])|(?<![\w.])({_LIT})\s*===?(?!=)|^\s*case\s+({_LIT})\s*:"
     rf"|\b(?:memcmp|strcmp|strncmp|equals|Equals|eq)\s*\([^()]*?({_LIT})"
 )
 
@@ -835,7 +839,7 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
     for call in t.calls:
         if call.index >= before or not polyglot.FAILURE.search(call.output):
             continue
-        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_PRINTED]
+        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_PRINTED, _EXPECTED_TO_BE]
         for m in (m for pattern in found for m in pattern.finditer(call.output)):
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
