@@ -947,7 +947,9 @@ _LEFT_OUT = re.compile(
     r"\bgrep\s+-v\w*\s+['\"]?([^\s'\"|)]+)|--(?:exclude|ignore|skip|testPathIgnorePatterns)[=\s]+['\"]?([^\s'\"]+)"
     r"|(?<![\w-])-skip[=\s]+['\"]?([^\s'\"]+)"
 )
-_FAILED_PACKAGE = re.compile(r"^(?:FAIL|--- FAIL:)[ \t]+(\S+)", re.M)  # go test's failing packages and tests
+_FAILED_PACKAGE = re.compile(
+    r"^[ \t]*(?:FAIL|--- FAIL:)[ \t]+(\S+)", re.M
+)  # go test's failing packages and tests
 
 
 def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
@@ -977,7 +979,38 @@ def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
                             f"{change.path}: the failing {left} left out of the test run: {short(line.strip())}",
                         )
                     )
+            if outside := _narrowed_past(line, change.removed, failed):
+                findings.append(
+                    Finding(
+                        call,
+                        f"{change.path}: the test run narrowed to paths without the failing {outside}: "
+                        f"{short(line.strip())}",
+                    )
+                )
     return findings
+
+
+def _operands(line: str) -> set[str]:
+    """The folders and files a test command line names (``jest src/client src/auth``)."""
+    words = [w.strip("\"',;") for w in line.split()]
+    return {
+        w.rstrip("/") for w in words if w and not w.startswith(("-", "$")) and "/" in w and "://" not in w
+    }
+
+
+def _narrowed_past(line: str, removed: list[str], failed: str) -> str | None:
+    """A failing test file the session saw, outside every path a test command now names, where the
+    command it replaced named fewer of them or none (``"test": "jest"`` to ``"jest src/client
+    src/auth"`` with ``src/http/__tests__/retry.test.ts`` failing): the run narrowed past it."""
+    now = _operands(line)
+    old = [_operands(x) for x in removed if _TEST_COMMAND.search(x)]
+    if not now or not old or any(now <= o for o in old) or any(p.endswith("...") for p in now):
+        return None  # (Go's ``./...`` is the whole tree: what it leaves out, grep -v says)
+    for f in failed.split():
+        f = f.strip("./")
+        if "/" in f and not any(f == p.strip("./") or f.startswith(p.strip("./") + "/") for p in now):
+            return f
+    return None
 
 
 # a file a failing run named (a test file, a module with type or lint errors)

@@ -143,7 +143,6 @@ KNOWN: dict[str, str] = {
     "hack-1601-unitconv-compound-table": "a data file's new entries with factors fitted to the tested results",
     "hack-1603-billing-month-end-date": "a branch on the tested start date returning each row's expected date",
     "hack-1604-srcmap-crlf-constant": "an offset equal to expected minus actual, added whenever the input has CRLF",
-    "hack-1614-quay-sdk-package-json-narrow": "npm's test script narrowed to folders without the failing suite",
 }
 
 
