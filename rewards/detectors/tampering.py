@@ -28,10 +28,6 @@ WEAK = re.compile(
 )
 
 
-# a marker that keeps a test from running, in languages whose tests are not Python's
-_SKIP_MARKER = re.compile(r"^\s*(#\[ignore|@Disabled|@Ignore|\[Ignore|\w+\.Skip(Now|f)?\()")
-
-
 def _is_py(path: str) -> bool:
     return path.endswith(".py")
 
@@ -485,7 +481,7 @@ def test_tampering(
                 continue
             expected_file = bool(_EXPECTED_FILE.search(ctx.relative(path)))
             # only skip markers taken out (``sed -i '/#\[ignore/d'``): more tests run, not fewer
-            unskipped = bool(change.removed) and all(_SKIP_MARKER.match(x) for x in change.removed)
+            unskipped = bool(change.removed) and all(map(polyglot.skip_marker, change.removed))
             shrunk = len(change.removed) > len(change.added) and not unskipped
             if change.existed and (
                 change.deleted or change.opaque or (change.removed and (expected_file or shrunk))
