@@ -46,9 +46,24 @@ class Measured:
     drift: dict[str, float] = field(default_factory=dict)
     raw: dict[str, list] = field(default_factory=dict)  # "<role>/<suite>" -> per-task results (JSON)
     sequential: Outcome | None = None  # the target's verdict from its rounds; None: not run in rounds
-    # per suite and role: summed request seconds; "tasks_wall": wall time of the task suites;
-    # "target_rounds": rounds run and target tasks used
+    # per suite and role: summed request seconds (a drift suite: its wall time as "candidate", the
+    # KL's part of it as "kl"); "tasks_wall": wall time of the task suites; "target_rounds": rounds
+    # run and target tasks used
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def phase_seconds(timings: dict[str, dict[str, float]], suites: list[Suite]) -> dict[str, float]:
+    """Where a comparison's time went, as decision metrics: ``gate.tasks_seconds`` (the task
+    suites, the target's rounds included), ``gate.drift_seconds`` (the drift suites: sampling and
+    KL) and ``gate.kl_seconds`` (the KL's part of it, on the CPU)."""
+    out = {}
+    if "tasks_wall" in timings:
+        out["gate.tasks_seconds"] = timings["tasks_wall"]["all"]
+    drift = [timings[x.name] for x in suites if x.config.kind == "drift" and x.name in timings]
+    if drift:
+        out["gate.drift_seconds"] = round(sum(t.get("candidate", 0.0) for t in drift), 2)
+        out["gate.kl_seconds"] = round(sum(t.get("kl", 0.0) for t in drift), 2)
+    return out
 
 
 class Evaluator:
@@ -128,8 +143,8 @@ class Evaluator:
             for suite in self.suites:
                 if suite.config.kind == "drift":
                     start = time.monotonic()
-                    out.drift |= self._drift(suite, cand, champ, candidate, champion)
-                    out.timings[suite.name] = {"candidate": round(time.monotonic() - start, 2)}
+                    out.drift |= self._drift(suite, cand, champ, candidate, champion, out.timings)
+                    out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - start, 2)
         return out
 
     def champion_todo(self, champion: StoredAdapter | None) -> list[Suite]:
@@ -216,8 +231,10 @@ class Evaluator:
         champ: Policy,
         candidate: StoredAdapter,
         champion: StoredAdapter | None,
+        timings: dict[str, dict[str, float]],
     ) -> dict[str, float]:
-        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples."""
+        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples;
+        the seconds the KL took on the CPU go to ``timings[suite.name]["kl"]``."""
         self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
         samples = self.harness.drift_samples(cand, suite)
         path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
@@ -226,7 +243,9 @@ class Evaluator:
         todo = {k: v for k, v in references.items() if k not in known}
         if todo:
             self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
+            start = time.monotonic()
             known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
+            timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
             path.write_text(json.dumps(known, sort_keys=True))
         base, champ_kl = known[self.base.key], known[champ.key]
         return {

@@ -39,7 +39,7 @@ from gating.canary import (
     watch,
 )
 from gating.decisions import BASE, DecisionLog, Entry, LogError, State, next_state, past_champions
-from gating.evaluation import Evaluator, GateError, Measured
+from gating.evaluation import Evaluator, GateError, Measured, phase_seconds
 from gating.harness import Harness, HarnessError, Policy
 from gating.metrics import summary
 from gating.records import Registry, read_decision_key
@@ -156,6 +156,7 @@ class Gate:
         metrics |= {f"champion.{k}": v for k, v in summary(measured.champion).items()}
         metrics |= measured.drift | decision.evidence
         metrics["gate.seconds"] = round(time.monotonic() - started, 2)  # measuring, not recording
+        metrics |= phase_seconds(measured.timings, self.suites)
         run = evaluation_run(
             self.settings, self.suites, self.store, decision_id, candidate, champion_label, decision,
             metrics, measured.raw,

@@ -1,9 +1,11 @@
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from gating.evaluation import phase_seconds
 from gating.harness import Harness, HarnessError, Policy
 from gating.suites import load_suite
 from gating.tasks import FORMAT_TOOLS, tool_call
@@ -133,3 +135,25 @@ def test_results_read_back_from_disk_are_marked_so_timings_count_only_requests_m
     assert [r.cached for r in again] == [True, False]
     assert again[0].seconds == first[0].seconds  # its request time is kept, for the record
     assert all("cached" not in r for r in read_jsonl(harness.results_path(policy, suite)))
+
+
+def test_the_decision_metrics_say_where_the_comparisons_time_went():
+    suites = [SimpleNamespace(name=n, config=SimpleNamespace(kind=k)) for n, k in (
+        ("target", "tasks"), ("general", "tasks"), ("drift", "drift"), ("drift-code", "drift"))]  # fmt: skip
+    timings = {
+        "target": {"candidate": 30.0, "champion": 10.0},
+        "general": {"candidate": 6.0},
+        "drift": {"candidate": 20.5, "kl": 12.25},
+        "drift-code": {"candidate": 4.0},  # its KL was on disk already
+        "tasks_wall": {"all": 25.0},
+        "target_rounds": {"rounds": 3, "tasks": 24},
+    }
+    assert phase_seconds(timings, suites) == {
+        "gate.tasks_seconds": 25.0,
+        "gate.drift_seconds": 24.5,
+        "gate.kl_seconds": 12.25,
+    }
+    # rejected on the target's rounds: no drift suite ran
+    assert phase_seconds({"target": {"candidate": 9.0}, "tasks_wall": {"all": 7.0}}, suites) == {
+        "gate.tasks_seconds": 7.0
+    }
