@@ -255,6 +255,21 @@ class Evaluator:
             "drift.tokens": base["tokens"],
         }
 
+    def warm_up(self) -> bool:
+        """Load the base model the drift suites score KL with, ahead of the first comparison that
+        needs it (its imports and weights take seconds, more beside a busy vLLM: time a candidate
+        would wait); whether it was loaded now."""
+        drift = any(x.config.kind == "drift" for x in self.suites)
+        if self._scorer is not None or not drift or self.settings.model_dir is None:
+            return False
+        self.say("ahead of the next candidate: loading the base model for the drift KL")
+        try:
+            self.scorer()
+        except (OSError, ValueError) as exc:  # the comparison that needs it reports it again
+            self.say(f"loading the base model for the drift KL failed: {exc}")
+            return False
+        return True
+
     def scorer(self):
         if self._scorer is None:
             from gating.drift import DriftScorer

@@ -348,13 +348,14 @@ class Gate:
 
     def prefetch(self) -> bool:
         """Sample one more slice of the champion ahead of its next comparison (see
-        ``Evaluator.prefetch``); whether a slice was sampled. A failure is reported, not raised: the
+        ``Evaluator.prefetch``), or once it is all sampled, load the drift KL's model
+        (``Evaluator.warm_up``); whether anything was done. A failure is reported, not raised: the
         comparison samples what is missing itself."""
         champion_version = self.log.state().champion
         try:
             champion = self.store.verify(champion_version) if champion_version else None
             if not self.evaluator.champion_todo(champion):
-                return False
+                return self.evaluator.warm_up()
             self.evaluator.prefetch(champion, self.store.latest())
             return True
         except (HarnessError, GateError, StoreError, TamperedAdapter) as exc:

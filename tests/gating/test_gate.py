@@ -209,3 +209,12 @@ def test_the_champion_measured_ahead_is_what_the_next_comparison_uses(make_gate,
     (candidate_file,) = (tmp_path / "results" / "candidate").rglob("*.jsonl")
     assert len(read_jsonl(candidate_file)) == entry.metrics["target.tasks"]
     assert gate.evaluator.champion_todo(gate.store.verify("v1"))  # the new champion: not yet measured
+
+
+def test_while_no_candidate_waits_the_drift_kls_model_is_loaded_once(make_gate, tmp_path):
+    """Nothing of a champion is sampled for drift (only candidates are): once the champion is
+    measured, the gate's idle time loads the model the KL is scored with, once."""
+    gate = make_gate(results_dir=tmp_path / "results", suites=("drift",), required_suites=("drift",))
+    assert gate.evaluator.champion_todo(None) == []
+    assert gate.prefetch()  # the model loaded
+    assert not gate.prefetch()  # and only once
