@@ -143,7 +143,7 @@ class Evaluator:
             for suite in self.suites:
                 if suite.config.kind == "drift":
                     start = time.monotonic()
-                    out.drift |= self._drift(suite, cand, champ, candidate, champion, out.timings)
+                    self._drift(suite, cand, champ, candidate, champion, out)
                     out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - start, 2)
         return out
 
@@ -231,10 +231,10 @@ class Evaluator:
         champ: Policy,
         candidate: StoredAdapter,
         champion: StoredAdapter | None,
-        timings: dict[str, dict[str, float]],
-    ) -> dict[str, float]:
-        """KL(candidate‖base) and KL(candidate‖champion), cached beside the candidate's samples;
-        the seconds the KL took on the CPU go to ``timings[suite.name]["kl"]``."""
+        out: Measured,
+    ) -> None:
+        """KL(candidate‖base) and KL(candidate‖champion) into ``out.drift``, cached beside the
+        candidate's samples; the seconds the KL took on the CPU into ``out.timings``."""
         self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
         samples = self.harness.drift_samples(cand, suite)
         path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
@@ -245,10 +245,10 @@ class Evaluator:
             self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
             start = time.monotonic()
             known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
-            timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
+            out.timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
             path.write_text(json.dumps(known, sort_keys=True))
         base, champ_kl = known[self.base.key], known[champ.key]
-        return {
+        out.drift |= {
             "drift.kl_base": base["kl"],
             "drift.kl_champion": champ_kl["kl"],
             "drift.engine_gap": base["engine_gap"],
