@@ -3,7 +3,8 @@ sequential verdict.
 
     load both on vLLM under temporary names → the target in rounds (stop once its
     anytime bound settles the gain; a clear loser stops everything) → the other task
-    suites, both policies in one request pool → drift (PEFT on the CPU) → unload
+    suites, both policies in one request pool, and beside them drift (the candidate's
+    samples on vLLM, then the KL with PEFT on the CPU) → unload
 
 The target's tasks are scored in a seeded order fixed before any score is seen
 (``gating.sequential.task_order``), ``round_tasks`` at a time for both policies;
@@ -19,6 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,11 +57,12 @@ class Measured:
 def phase_seconds(timings: dict[str, dict[str, float]], suites: list[Suite]) -> dict[str, float]:
     """Where a comparison's time went, as decision metrics: ``gate.tasks_seconds`` (the task
     suites, the target's rounds included), ``gate.drift_seconds`` (the drift suites: sampling and
-    KL) and ``gate.kl_seconds`` (the KL's part of it, on the CPU)."""
+    KL, beside the task suites after the target's rounds, so the two overlap) and
+    ``gate.kl_seconds`` (the KL's part of it, on the CPU)."""
     out = {}
     if "tasks_wall" in timings:
         out["gate.tasks_seconds"] = timings["tasks_wall"]["all"]
-    drift = [timings[x.name] for x in suites if x.config.kind == "drift" and x.name in timings]
+    drift = [timings[x.name] for x in suites if x.is_drift and x.name in timings]
     if drift:
         out["gate.drift_seconds"] = round(sum(t.get("candidate", 0.0) for t in drift), 2)
         out["gate.kl_seconds"] = round(sum(t.get("kl", 0.0) for t in drift), 2)
@@ -122,7 +125,7 @@ class Evaluator:
             self.loaded(candidate, candidate, "candidate") as cand,
             self.loaded(champion, candidate, "champion") as champ,
         ):
-            task_suites = [x for x in self.suites if x.config.kind != "drift"]
+            task_suites = [x for x in self.suites if not x.is_drift]
             target = next((x for x in task_suites if x.name == "target"), None)
             self.say(
                 f"{cand.label} and {champ.label} on "
@@ -132,19 +135,20 @@ class Evaluator:
             if target is not None and self.settings.sequential:
                 out.sequential = self._target_rounds(target, cand, champ, out)
                 task_suites = [x for x in task_suites if x is not target]
-            if out.sequential is None or out.sequential.decision != "reject":
+            if out.sequential is not None and out.sequential.decision == "reject":
+                out.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
+                self.say(f"target: {out.sequential.reason}; the other suites are not run")
+                return out
+            # drift beside the other task suites: its samples join their requests on vLLM, and its
+            # KL (on the CPU) runs while they are sampled. Each side writes its own suites' keys of
+            # ``out``; the thread is joined before the adapters are unloaded.
+            with ThreadPoolExecutor(1, thread_name_prefix="gate-drift") as pool:
+                drifting = pool.submit(self._drifts, cand, champ, candidate, champion, out)
                 jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
                 for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
                     self._add(out, policy, suite, results)
-            out.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
-            if out.sequential is not None and out.sequential.decision == "reject":
-                self.say(f"target: {out.sequential.reason}; the other suites are not run")
-                return out
-            for suite in self.suites:
-                if suite.config.kind == "drift":
-                    start = time.monotonic()
-                    self._drift(suite, cand, champ, candidate, champion, out)
-                    out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - start, 2)
+                out.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
+                drifting.result()
         return out
 
     def champion_todo(self, champion: StoredAdapter | None) -> list[Suite]:
@@ -159,7 +163,7 @@ class Evaluator:
         )
         todo = []
         for suite in self.suites:
-            if suite.config.kind == "drift":
+            if suite.is_drift:
                 continue
             tasks = suite.tasks
             if suite.name == "target" and s.sequential:
@@ -224,6 +228,20 @@ class Evaluator:
         ran = sum(r.seconds for r in results if not r.cached)  # what this evaluation spent on requests
         timing[policy.role] = round(timing.get(policy.role, 0.0) + ran, 2)
 
+    def _drifts(
+        self,
+        cand: Policy,
+        champ: Policy,
+        candidate: StoredAdapter,
+        champion: StoredAdapter | None,
+        out: Measured,
+    ) -> None:
+        """:meth:`_drift` for every drift suite, each timed (its wall time as "candidate")."""
+        for suite in [x for x in self.suites if x.is_drift]:
+            start = time.monotonic()
+            self._drift(suite, cand, champ, candidate, champion, out)
+            out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - start, 2)
+
     def _drift(
         self,
         suite: Suite,
@@ -259,8 +277,11 @@ class Evaluator:
         """Load the base model the drift suites score KL with, ahead of the first comparison that
         needs it (its imports and weights take seconds, more beside a busy vLLM: time a candidate
         would wait); whether it was loaded now."""
-        drift = any(x.config.kind == "drift" for x in self.suites)
-        if self._scorer is not None or not drift or self.settings.model_dir is None:
+        if (
+            self._scorer is not None
+            or not any(x.is_drift for x in self.suites)
+            or self.settings.model_dir is None
+        ):
             return False
         self.say("ahead of the next candidate: loading the base model for the drift KL")
         try:

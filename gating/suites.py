@@ -59,6 +59,11 @@ class Suite:
         return self.config.name
 
     @property
+    def is_drift(self) -> bool:
+        """Scored by drift (KL on reference prompts), not by verified tasks."""
+        return self.config.kind == "drift"
+
+    @property
     def key(self) -> str:
         """``name@version#hash``: what results and MLflow params are keyed by."""
         return f"{self.config.name}@{self.config.version}#{self.content_hash[:12]}"

@@ -339,7 +339,7 @@ def candidate_tasks(gate_dir: Path) -> int | None:
         suites = [load_suite(n, root=s.suites_dir or SUITES_DIR).limited(s.max_tasks(n)) for n in s.suites]
     except (ConfigError, OSError, ValueError, KeyError):  # an unreadable config only hides the total
         return None
-    return sum(len(x.tasks) for x in suites if x.config.kind != "drift")
+    return sum(len(x.tasks) for x in suites if not x.is_drift)
 
 
 def gate_status(gate_dir: Path, health_url: str, decisions: list[dict]) -> dict[str, Any]:

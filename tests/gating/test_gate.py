@@ -54,9 +54,9 @@ def test_a_clear_improvement_is_promoted_with_its_evidence_in_mlflow(make_gate, 
         assert name in metrics and f"champion.{name}" in metrics
     assert 0 <= metrics["drift.kl_base"] < gate.settings.max_kl_base
     assert metrics["drift.engine_gap"] < 1e-2  # vLLM and PEFT serve the same policy
-    # where the comparison's time went: the task suites, then drift (the KL a part of it)
-    assert 0 <= metrics["gate.kl_seconds"] <= metrics["gate.drift_seconds"]
-    assert 0 < metrics["gate.tasks_seconds"] + metrics["gate.drift_seconds"] <= metrics["gate.seconds"]
+    # where the comparison's time went: the task suites, and drift beside them (the KL a part of it)
+    assert 0 <= metrics["gate.kl_seconds"] <= metrics["gate.drift_seconds"] < metrics["gate.seconds"]
+    assert 0 < metrics["gate.tasks_seconds"] < metrics["gate.seconds"]
 
     client = gate.registry.client
     names = {a.path for a in client.list_artifacts(entry.run_id)}

@@ -1,12 +1,14 @@
 import dataclasses
 import json
+import threading
 from types import SimpleNamespace
 
 import httpx
 import pytest
 
-from gating.evaluation import phase_seconds
-from gating.harness import Harness, HarnessError, Policy
+from gating.evaluation import Evaluator, phase_seconds
+from gating.harness import Harness, HarnessError, Policy, TaskResult
+from gating.settings import GateSettings
 from gating.suites import load_suite
 from gating.tasks import FORMAT_TOOLS, tool_call
 from ops.stack import free_port
@@ -138,8 +140,8 @@ def test_results_read_back_from_disk_are_marked_so_timings_count_only_requests_m
 
 
 def test_the_decision_metrics_say_where_the_comparisons_time_went():
-    suites = [SimpleNamespace(name=n, config=SimpleNamespace(kind=k)) for n, k in (
-        ("target", "tasks"), ("general", "tasks"), ("drift", "drift"), ("drift-code", "drift"))]  # fmt: skip
+    suites = [SimpleNamespace(name=n, is_drift=d) for n, d in (
+        ("target", False), ("general", False), ("drift", True), ("drift-code", True))]  # fmt: skip
     timings = {
         "target": {"candidate": 30.0, "champion": 10.0},
         "general": {"candidate": 6.0},
@@ -148,7 +150,7 @@ def test_the_decision_metrics_say_where_the_comparisons_time_went():
         "tasks_wall": {"all": 25.0},
         "target_rounds": {"rounds": 3, "tasks": 24},
     }
-    assert phase_seconds(timings, suites) == {
+    assert phase_seconds(timings, suites) == {  # the drift ran beside the task suites: 49.5 > 25 + 20.5
         "gate.tasks_seconds": 25.0,
         "gate.drift_seconds": 24.5,
         "gate.kl_seconds": 12.25,
@@ -157,3 +159,58 @@ def test_the_decision_metrics_say_where_the_comparisons_time_went():
     assert phase_seconds({"target": {"candidate": 9.0}, "tasks_wall": {"all": 7.0}}, suites) == {
         "gate.tasks_seconds": 7.0
     }
+
+
+class PacedHarness:
+    """A harness that answers at once (every sample passes) but holds the guard suites' requests
+    until the drift's samples have been asked for: an evaluation that runs drift only after them
+    never gets there, and the guards give up waiting."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path, self.drift_asked, self.log = tmp_path, threading.Event(), []
+
+    def load_adapter(self, name, path):
+        self.log.append("load")
+
+    def unload_adapter(self, name):
+        self.log.append("unload")
+
+    def run_all(self, jobs):
+        if any(suite.name != "target" for _, suite in jobs):
+            self.log.append("guards asked")
+            if not self.drift_asked.wait(timeout=30):
+                raise HarnessError("the drift was not asked for while the guard suites ran")
+            self.log.append("guards done")
+        return [[TaskResult(t.task_id, [True], [{}], ["x"]) for t in suite.tasks] for _, suite in jobs]
+
+    def drift_path(self, candidate, suite):
+        return self.tmp_path / f"{candidate.key}-{suite.name}.drift.json"
+
+    def drift_samples(self, candidate, suite):
+        self.log.append("drift asked")
+        self.drift_asked.set()
+        return []
+
+
+def test_the_drift_runs_beside_the_other_task_suites_and_before_the_adapters_are_unloaded(tmp_path):
+    suites = [load_suite(name).limited(2) for name in ("target", "general", "drift")]
+    settings = GateSettings(gate_dir=tmp_path, sequential=False)
+    harness = PacedHarness(tmp_path)
+    evaluator = Evaluator(settings, harness, suites)
+    kl = {"kl": 0.01, "engine_gap": 0.0, "tokens": 5}
+    evaluator._scorer = SimpleNamespace(
+        kl=lambda samples, path, references, key: dict.fromkeys(references, kl)
+    )
+
+    def adapter(version):
+        return SimpleNamespace(
+            version=version, path=tmp_path, manifest=SimpleNamespace(content_hash="sha256:" + version * 8)
+        )
+
+    out = evaluator.measure(adapter("v2"), adapter("v1"))
+
+    assert harness.log.index("drift asked") < harness.log.index("guards done")
+    assert harness.log[-2:] == ["unload", "unload"]  # after both sides finished
+    assert out.drift["drift.kl_base"] == out.drift["drift.kl_champion"] == 0.01
+    assert set(out.candidate) >= {"target.pass_at_1", "general.pass"}
+    assert {"tasks_wall", "drift"} <= set(out.timings)
