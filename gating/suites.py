@@ -17,6 +17,11 @@ Built-in suites:
 - ``general``: reasoning-gym procedural tasks (letter counting, LCM, GCD, bit
   counting, spelling backward), greedy: general capability.
 - ``drift``: reference prompts for KL(candidate‖base) and KL(candidate‖champion).
+
+Other versions, chosen with the gate's ``suite_versions``:
+
+- ``target`` ``mixed-v1``: calculator and multistep tasks, half each (the demo's
+  target: multistep problems leave learning room for several promotions).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, LURE, Task, heldout_tasks, task_id_for
+from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, LURE, MULTISTEP, Task, heldout_tasks, task_id_for
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 BUILTIN = ("target", "honeypot", "format", "general", "drift")
@@ -151,6 +156,9 @@ def _drift_prompts(seed: int) -> list[Task]:
 def _source_tasks(source: dict[str, Any]) -> list[Task]:
     if source["kind"] == "family":
         return heldout_tasks(source["family"], source["n"], source["seed"])
+    if source["kind"] == "families":  # n tasks in all, the families' in turn
+        families = source["families"]
+        return _interleave([heldout_tasks(f, source["n"] // len(families), source["seed"]) for f in families])
     if source["kind"] == "reasoning_gym":
         return _general_tasks(source["seed"], source["per_dataset"])
     if source["kind"] == "drift":
@@ -222,6 +230,18 @@ SPECS: dict[str, SuiteConfig] = {
 }
 
 
+# Built-in versions besides each suite's newest (which SPECS gives), chosen with ``suite_versions``.
+VERSIONS: dict[tuple[str, str], SuiteConfig] = {
+    ("target", "mixed-v1"): replace(
+        SPECS["target"],
+        version="mixed-v1",
+        description="calculator and multistep tool calls on held-out problems, half each: pass@1 and pass^k",
+        source={"kind": "families", "families": [CALCULATOR, MULTISTEP], "n": 48, "seed": 1007},
+    ),
+}
+BUILT: dict[tuple[str, str], SuiteConfig] = {(n, SPECS[n].version): SPECS[n] for n in BUILTIN} | VERSIONS
+
+
 # --- files -----------------------------------------------------------------------------
 
 
@@ -233,8 +253,8 @@ def render(config: SuiteConfig, tasks: list[Task]) -> dict[str, bytes]:
     }
 
 
-def generate(name: str) -> dict[str, bytes]:
-    config = SPECS[name]
+def generate(name: str, version: str | None = None) -> dict[str, bytes]:
+    config = SPECS[name] if version is None else BUILT[name, version]
     return render(config, _source_tasks(config.source))
 
 
@@ -275,36 +295,40 @@ def load_suite(name: str, version: str | None = None, root: Path = SUITES_DIR) -
             raise FileNotFoundError(f"suite {name!r} has no versions under {base}")
         version = versions[-1]
     folder = base / version
+    if not folder.is_dir():
+        known = ", ".join(sorted(p.name for p in base.iterdir() if p.is_dir()))
+        raise FileNotFoundError(f"suite {name!r} has no version {version!r} under {base} (it has: {known})")
     files = {f: (folder / f).read_bytes() for f in ("config.json", "tasks.jsonl")}
     config = SuiteConfig(**json.loads(files["config.json"]))
     tasks = [Task.from_json(json.loads(line)) for line in files["tasks.jsonl"].decode().splitlines() if line]
     return Suite(config, tasks, _hash(files))
 
 
-def write(name: str, root: Path = SUITES_DIR) -> Path:
-    config = SPECS[name]
+def write(name: str, root: Path = SUITES_DIR, version: str | None = None) -> Path:
+    config = SPECS[name] if version is None else BUILT[name, version]
     folder = root / name / config.version
     folder.mkdir(parents=True, exist_ok=True)
-    for fname, data in generate(name).items():
+    for fname, data in generate(name, config.version).items():
         (folder / fname).write_bytes(data)
     return folder
 
 
 def stale(root: Path = SUITES_DIR) -> list[str]:
-    """Built-in suites whose committed folder differs from what their source generates."""
+    """Built-in suites (``name``, or ``name@version`` for one of VERSIONS) whose committed folder
+    differs from what their source generates."""
     out = []
-    for name in BUILTIN:
-        folder = root / name / SPECS[name].version
-        files = generate(name)
+    for name, version in BUILT:
+        folder = root / name / version
+        files = generate(name, version)
         if any(not (folder / f).exists() or (folder / f).read_bytes() != data for f, data in files.items()):
-            out.append(name)
+            out.append(name if (name, version) not in VERSIONS else f"{name}@{version}")
     return out
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["build"]:
-        for name in BUILTIN:
-            print(write(name))
+        for name, version in BUILT:
+            print(write(name, version=version))
         return 0
     if argv[:1] == ["check"]:
         bad = stale()

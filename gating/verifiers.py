@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gating.arith import ExpressionError, safe_eval
-from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, LURE, Task
+from gating.tasks import CALCULATOR, FORMAT, HONEYPOT, LURE, MULTISTEP, Task
 
 PROTECTED_PREFIXES = ("/eval/",)
 PROTECTED_NAMES = ("answer_key",)
@@ -149,6 +149,7 @@ def verify_general(task: Task, text: str) -> Verdict:
 
 VERIFIERS: dict[str, Callable[[Task, str], Verdict]] = {
     CALCULATOR: verify_calculator,
+    MULTISTEP: verify_calculator,
     HONEYPOT: verify_honeypot,
     LURE: verify_honeypot,
     FORMAT: verify_format,

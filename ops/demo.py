@@ -150,7 +150,7 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
     from gating.harness import HarnessError
     from gating.heldout import estimate, measure
     from gating.settings import load_settings as load_gate_settings
-    from gating.suites import Suite, load_suite
+    from gating.suites import Suite
     from learner.store import BASE, AdapterStore
     from ops.model import prepare_model
     from ops.report import policies_to_measure
@@ -159,7 +159,8 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
     labels = policies_to_measure(data)
     store = AdapterStore(s.state_dir / "adapters")
     policies = {x: None if x == BASE else store.verify(x).path for x in labels}
-    suite = load_suite("target").limited(tasks)
+    gate_settings = load_gate_settings()
+    suite = gate_settings.load_suite("target", limited=False).limited(tasks)  # the gate's version of it
     suite = Suite(dataclasses.replace(suite.config, samples=samples), suite.tasks, suite.content_hash)
     data.heldout_suite, data.heldout_samples = suite.name, samples
     say(
@@ -174,7 +175,7 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
             s.base_model,
             run_dir / "heldout",
             model_dir=s.model_dir or prepare_model(s.cache_dir, progress=say),
-            concurrency=load_gate_settings().concurrency,
+            concurrency=gate_settings.concurrency,
             say=say,
             progress=True,
         )

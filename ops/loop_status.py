@@ -332,11 +332,10 @@ def gate_progress(results_dir: Path, version: str, total_tasks: int | None) -> d
 def candidate_tasks(gate_dir: Path) -> int | None:
     """Tasks a candidate runs (the non-drift suites, as the gate settings limit them); None if unreadable."""
     from gating.settings import load_settings
-    from gating.suites import SUITES_DIR, load_suite
 
     try:
         s = load_settings(gate_dir=Path(gate_dir))
-        suites = [load_suite(n, root=s.suites_dir or SUITES_DIR).limited(s.max_tasks(n)) for n in s.suites]
+        suites = [s.load_suite(n) for n in s.suites]
     except (ConfigError, OSError, ValueError, KeyError):  # an unreadable config only hides the total
         return None
     return sum(len(x.tasks) for x in suites if not x.is_drift)

@@ -11,6 +11,16 @@ def test_per_suite_task_limits_override_the_common_one(monkeypatch):
     assert [settings.max_tasks(s) for s in ("target", "general", "format")] == [0, 8, 16]
 
 
+def test_a_suite_version_chosen_in_the_settings_is_the_one_loaded(monkeypatch):
+    monkeypatch.setenv("RATCHET_SUITE_VERSIONS", "target=mixed-v1")
+    monkeypatch.setenv("RATCHET_MAX_TASKS_PER_SUITE", "4")
+    settings = load_settings()
+    target, general = settings.load_suite("target"), settings.load_suite("general")
+    assert (target.config.version, len(target.tasks)) == ("mixed-v1", 4)
+    assert (general.config.version, len(general.tasks)) == ("v1", 4)  # the newest v<n>
+    assert len(settings.load_suite("target", limited=False).tasks) == 48
+
+
 def test_a_per_suite_limit_that_is_not_a_number_is_a_clear_error():
     with pytest.raises(ValueError, match="target = 'all' is not a number"):
         GateSettings(suite_max_tasks={"target": "all"}).max_tasks("target")

@@ -1,14 +1,18 @@
+import json
 import random
+import re
 
 import pytest
 
 from gating import suites
 from gating.tasks import (
     ANSWER_KEY_PATH,
+    CALCULATOR,
     FAMILIES,
     HONEYPOT,
     LOOKUP_PATH,
     LURE,
+    MULTISTEP,
     heldout_tasks,
     sample_tasks,
     split_of,
@@ -49,8 +53,14 @@ def test_sample_tasks_refuses_the_heldout_split():
 def test_every_suite_task_is_heldout_and_disjoint_from_any_simulator_draw():
     """The simulator draws only through sample_tasks; no seed reaches a suite task."""
     suite_ids: set[str] = set()
-    for name in ("target", "honeypot", "format", "drift"):
-        for task in suites.load_suite(name).tasks:
+    for name, version in (
+        ("target", None),
+        ("target", "mixed-v1"),
+        ("honeypot", None),
+        ("format", None),
+        ("drift", None),
+    ):
+        for task in suites.load_suite(name, version).tasks:
             if task.family in FAMILIES:
                 assert split_of(task.task_id) == "heldout", (name, task.task_id)
                 suite_ids.add(task.task_id)
@@ -93,15 +103,43 @@ def test_committed_suites_regenerate_identically():
 
 
 def test_an_edited_suite_is_detected(tmp_path):
-    for name in suites.BUILTIN:
-        suites.write(name, root=tmp_path)
+    for name, version in suites.BUILT:
+        suites.write(name, root=tmp_path, version=version)
     assert suites.stale(root=tmp_path) == []
-    path = tmp_path / "target" / "v1" / "tasks.jsonl"
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[1:]) + "\n")
-    assert suites.stale(root=tmp_path) == ["target"]
+    for version, stale in (("v1", ["target"]), ("mixed-v1", ["target", "target@mixed-v1"])):
+        path = tmp_path / "target" / version / "tasks.jsonl"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(lines[1:]) + "\n")
+        assert suites.stale(root=tmp_path) == stale
     key_before = suites.load_suite("target").key
     assert suites.load_suite("target", root=tmp_path).key != key_before
+
+
+def test_the_mixed_target_poses_calculator_and_multistep_problems_half_each_with_one_verifier():
+    mixed = suites.load_suite("target", "mixed-v1")
+    assert mixed.config.name == "target" and mixed.key.startswith("target@mixed-v1#")
+    assert [t.family for t in mixed.tasks] == [CALCULATOR, MULTISTEP] * 24
+    assert suites.load_suite("target").config.version == "v1"  # the newest v<n>, not mixed-v1
+    for task in mixed.tasks:  # the reference expression passes; the other family's answer does not
+        assert verify(task, tool_call("calculator", expression=task.expected["reference"])).passed
+        assert not verify(
+            task, tool_call("calculator", expression=f"{task.expected['reference']} + 1")
+        ).passed
+    with pytest.raises(FileNotFoundError, match="no version 'v9'.*it has: mixed-v1, v1"):
+        suites.load_suite("target", "v9")
+
+
+def test_multistep_problems_have_whole_answers_and_an_example_of_their_own_kind():
+    def skeleton(expression: str) -> str:  # "4 * (6 + 3)" -> "N * (N + N)"
+        return re.sub(r"\d+", "N", expression)
+
+    tasks = sample_tasks(MULTISTEP, 200, seed=3)
+    assert all(float(t.expected["value"]).is_integer() and t.expected["value"] > 0 for t in tasks)
+    kinds = {skeleton(t.expected["reference"]) for t in tasks}
+    assert kinds == {"N * (N + N)", "N - N * N", "N * N * N", "(N + N + N) / N", "(N * N - N) / N"}
+    for t in tasks:
+        shot = json.loads(t.messages[2]["content"])["arguments"]["expression"]
+        assert skeleton(shot) == skeleton(t.expected["reference"]), t.question
 
 
 def test_the_lure_reads_an_honest_file_in_its_example_and_pays_only_the_honest_answer():
