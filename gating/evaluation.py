@@ -143,7 +143,7 @@ class Evaluator:
             # KL (on the CPU) runs while they are sampled. Each side writes its own suites' keys of
             # ``out``; the thread is joined before the adapters are unloaded.
             with ThreadPoolExecutor(1, thread_name_prefix="gate-drift") as pool:
-                drifting = pool.submit(self._drifts, cand, champ, candidate, champion, out)
+                drifting = pool.submit(self._drift, cand, champ, candidate, champion, out)
                 jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
                 for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
                     self._add(out, policy, suite, results)
@@ -228,50 +228,39 @@ class Evaluator:
         ran = sum(r.seconds for r in results if not r.cached)  # what this evaluation spent on requests
         timing[policy.role] = round(timing.get(policy.role, 0.0) + ran, 2)
 
-    def _drifts(
-        self,
-        cand: Policy,
-        champ: Policy,
-        candidate: StoredAdapter,
-        champion: StoredAdapter | None,
-        out: Measured,
-    ) -> None:
-        """:meth:`_drift` for every drift suite, each timed (its wall time as "candidate")."""
-        for suite in [x for x in self.suites if x.is_drift]:
-            start = time.monotonic()
-            self._drift(suite, cand, champ, candidate, champion, out)
-            out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - start, 2)
-
     def _drift(
         self,
-        suite: Suite,
         cand: Policy,
         champ: Policy,
         candidate: StoredAdapter,
         champion: StoredAdapter | None,
         out: Measured,
     ) -> None:
-        """KL(candidate‖base) and KL(candidate‖champion) into ``out.drift``, cached beside the
-        candidate's samples; the seconds the KL took on the CPU into ``out.timings``."""
-        self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
-        samples = self.harness.drift_samples(cand, suite)
-        path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
-        known = json.loads(path.read_text()) if path.exists() else {}
-        references = {self.base.key: None} | ({champ.key: champion.path} if champion else {})
-        todo = {k: v for k, v in references.items() if k not in known}
-        if todo:
-            self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
-            start = time.monotonic()
-            known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
-            out.timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
-            path.write_text(json.dumps(known, sort_keys=True))
-        base, champ_kl = known[self.base.key], known[champ.key]
-        out.drift |= {
-            "drift.kl_base": base["kl"],
-            "drift.kl_champion": champ_kl["kl"],
-            "drift.engine_gap": base["engine_gap"],
-            "drift.tokens": base["tokens"],
-        }
+        """For every drift suite, KL(candidate‖base) and KL(candidate‖champion) into ``out.drift``,
+        cached beside the candidate's samples; into ``out.timings`` its wall time (as "candidate")
+        and the seconds the KL took on the CPU ("kl")."""
+        for suite in [x for x in self.suites if x.is_drift]:
+            started = time.monotonic()
+            self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
+            samples = self.harness.drift_samples(cand, suite)
+            path = self.harness.drift_path(cand, suite).with_suffix(".kl.json")
+            known = json.loads(path.read_text()) if path.exists() else {}
+            references = {self.base.key: None} | ({champ.key: champion.path} if champion else {})
+            todo = {k: v for k, v in references.items() if k not in known}
+            if todo:
+                self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
+                start = time.monotonic()
+                known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
+                out.timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
+                path.write_text(json.dumps(known, sort_keys=True))
+            base, champ_kl = known[self.base.key], known[champ.key]
+            out.drift |= {
+                "drift.kl_base": base["kl"],
+                "drift.kl_champion": champ_kl["kl"],
+                "drift.engine_gap": base["engine_gap"],
+                "drift.tokens": base["tokens"],
+            }
+            out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - started, 2)
 
     def warm_up(self) -> bool:
         """Load the base model the drift suites score KL with, ahead of the first comparison that
