@@ -34,6 +34,8 @@ from gating.decisions import BASE, Entry, State
 DECISION_ID = "gate.decision_id"
 DECISION = "gate.decision"
 ACTION = "gate.action"
+REASON_CODES = "gate.reason_codes"  # the failed checks' codes, comma-separated (gating.rule.Reason)
+TARGET_GAIN = "gate.target_gain"  # the target's mean paired gain over the champion, when measured
 SIGNATURE = "gate.signature"
 MAX_TAG_CHARS = 4000
 KEY_MIN_BYTES = 32
@@ -314,6 +316,9 @@ class Registry:
     def _record(self, found, entry: Entry, sign_it: bool) -> None:
         """Set the version's decision tags from ``entry`` (and sign them, with a key)."""
         tags = {DECISION: entry.decision, ACTION: entry.action, DECISION_ID: entry.decision_id}
+        tags[REASON_CODES] = ",".join(r["code"] for r in entry.reasons)
+        if "target.gain" in entry.metrics:
+            tags[TARGET_GAIN] = repr(float(entry.metrics["target.gain"]))
         if sign_it and self.key is not None:
             statement = Statement.of(tags, self.model, found.version, entry.version, entry.content_hash)
             tags[SIGNATURE] = sign(self.key, statement)

@@ -28,6 +28,7 @@ KL(candidate‖champion) is neither checked nor required).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,12 @@ class Decision:
             "reasons": [asdict(r) for r in self.reasons],
             "evidence": self.evidence,
         }
+
+
+def fell_short(reason_codes: Iterable[str], gain: float | None) -> bool:
+    """Whether a rejection says only that the candidate, better than the champion by its mean gain,
+    fell short of the gain the rule requires: every other check passed (none reads a regression)."""
+    return set(reason_codes) == {"target_gain"} and gain is not None and gain > 0
 
 
 def paired(candidate: dict[str, float], champion: dict[str, float]) -> np.ndarray:

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gating.records import comparison_png, json_bytes
+from gating.records import REASON_CODES, comparison_png, json_bytes
 from gating.rule import Decision
 from gating.settings import GateSettings
 from gating.suites import Suite
@@ -36,7 +36,7 @@ def decision_tags(
     return {
         "gate.decision": decision,
         "gate.reasons": "; ".join(r["message"] for r in reasons) or "all checks passed",
-        "gate.reason_codes": ",".join(r["code"] for r in reasons),
+        REASON_CODES: ",".join(r["code"] for r in reasons),
         "gate.action": action,
         "gate.actor": actor,
         "gate.candidate": candidate,

@@ -8,9 +8,15 @@ the MLflow registry (the ``champion`` alias and each version's
 ``gate.decision`` tag, both set by the gate from its decision log).
 
 Walk from the head up its parents to the champion. Versions on the way that the
-gate has not decided yet are candidates in flight: the line goes on. A decided
-version on the way means the line left the ratchet: it was rejected, or it was
-promoted and is no longer champion (rolled back, or replaced by another line).
+gate has not decided yet are candidates in flight: the line goes on. So do up
+to ``keep_short`` rejected versions that only *fell short* (the gate found
+them better than the champion by their mean gain, but not by the margin its
+rule requires, and every other check passed: :func:`gating.rule.fell_short`):
+a five-minute step too small for the gate to resolve is kept, so that the next
+ones build on it instead of starting again from the champion. Any other
+decided version on the way means the line left the ratchet: it was rejected,
+or it was promoted and is no longer champion (rolled back, or replaced by
+another line).
 Then the learner *rebases*: it continues from the champion's weights and the
 optimizer state it had when it published that version, and keeps the data it
 has not trained on yet. A head whose ancestry never meets the champion (the
@@ -37,6 +43,7 @@ class GateView:
     champion: str | None  # None: the base model
     decided: frozenset[str]  # versions the gate (or a reviewer) has decided on
     promoted: frozenset[str] = frozenset()  # ... of them, those whose decision was to promote
+    short: frozenset[str] = frozenset()  # ... those rejected only for falling short of the required gain
 
 
 def ancestry(version: str | None, parent_of: Callable[[str], str | None]) -> dict[str | None, int]:
@@ -65,28 +72,37 @@ def distance(
     return steps + head_line.get(version, len(head_line))
 
 
-def departure(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
+def departure(
+    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
+) -> str | None:
     """The decided version where the head's line left the ratchet, ``BASE`` when the line never
     meets the champion, or None when the line goes on (the head descends from the champion through
-    undecided versions only)."""
+    undecided versions and at most ``keep_short`` versions that fell short)."""
     champion = None if view.champion in (None, BASE) else view.champion
+    kept = 0
     for version in ancestry(None if head == BASE else head, parent_of):
         if version == champion:
             return None
-        if version in view.decided:
+        if version in view.short and kept < keep_short:
+            kept += 1
+        elif version in view.decided:
             return version
     return BASE  # the line never meets the champion (or its ancestry is corrupt)
 
 
-def rebase_target(head: str, parent_of: Callable[[str], str | None], view: GateView) -> str | None:
+def rebase_target(
+    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
+) -> str | None:
     """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
-    return None if departure(head, parent_of, view) is None else view.champion or BASE
+    return None if departure(head, parent_of, view, keep_short) is None else view.champion or BASE
 
 
-def awaits_confirmation(head: str, parent_of: Callable[[str], str | None], view: GateView) -> bool:
+def awaits_confirmation(
+    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
+) -> bool:
     """Whether the line's departure may be a promotion caught half-written: the version it left at
     was promoted and descends from the champion (its alias not moved yet, or a rollback)."""
-    left_at = departure(head, parent_of, view)
+    left_at = departure(head, parent_of, view, keep_short)
     if left_at is None or left_at not in view.promoted:
         return False
     champion = None if view.champion in (None, BASE) else view.champion
@@ -98,6 +114,8 @@ def read_gate(mlflow_url: str, registered_model: str) -> GateView:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from gating.records import ACTION, DECISION, REASON_CODES, TARGET_GAIN
+    from gating.rule import fell_short
     from serving.champion import TAG, champion_version
 
     client = MlflowClient(mlflow_url, mlflow_url)
@@ -110,7 +128,19 @@ def read_gate(mlflow_url: str, registered_model: str) -> GateView:
                 return GateView(None, frozenset())
             raise
     found = client.search_model_versions(f"name = '{registered_model}'")
-    decided = {
-        v.tags[TAG]: v.tags["gate.decision"] for v in found if v.tags.get("gate.decision") and v.tags.get(TAG)
+    tags = {v.tags[TAG]: v.tags for v in found if v.tags.get(DECISION) and v.tags.get(TAG)}
+    short = {
+        version
+        for version, t in tags.items()
+        if (t[DECISION], t.get(ACTION)) == ("reject", "evaluate")
+        and fell_short(filter(None, t.get(REASON_CODES, "").split(",")), _number(t.get(TARGET_GAIN)))
     }
-    return GateView(champion, frozenset(decided), frozenset(v for v, d in decided.items() if d == "promote"))
+    promoted = {version for version, t in tags.items() if t[DECISION] == "promote"}
+    return GateView(champion, frozenset(tags), frozenset(promoted), frozenset(short))
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None

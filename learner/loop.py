@@ -50,7 +50,14 @@ from learner.batching import Limits, Outcome, Plan, collate, looks_stale, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
-from learner.lineage import GateView, awaits_confirmation, departure, read_gate, rebase_target
+from learner.lineage import (
+    GateView,
+    ancestry,
+    awaits_confirmation,
+    departure,
+    read_gate,
+    rebase_target,
+)
 from learner.publishing import Publisher, optimizer_snapshot
 from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings
@@ -149,6 +156,7 @@ class Learner:
         self._parents: dict[str, str | None] = {}  # each published version's parent (None: the base model)
         self._follow_failing = False
         self._unconfirmed: tuple[str, str | None] | None = None  # (head, version left at) awaiting a re-read
+        self._kept: set[str] = set()  # versions that fell short and stay on the line, said so
         if ckpt is not None:
             where = f"resumed from checkpoint {ckpt.state.checkpoint}"
         else:
@@ -389,13 +397,14 @@ class Learner:
     def follow_view(self, view: GateView) -> None:
         """Rebase when ``view`` shows the line left; a departure that may be a promotion half-written
         (:func:`learner.lineage.awaits_confirmation`) only when the next read shows it again."""
-        head = self.state.head
-        target = rebase_target(head, self.parent_of, view)
+        head, keep = self.state.head, self.settings.keep_short_rejections
+        target = rebase_target(head, self.parent_of, view, keep)
         if target is None:
             self._unconfirmed = None
+            self.note_kept(head, view)
             return
-        seen = (head, departure(head, self.parent_of, view))
-        if awaits_confirmation(head, self.parent_of, view) and self._unconfirmed != seen:
+        seen = (head, departure(head, self.parent_of, view, keep))
+        if awaits_confirmation(head, self.parent_of, view, keep) and self._unconfirmed != seen:
             self._unconfirmed = seen
             self.progress(
                 f"the gate promoted {seen[1]} but the champion is {target}: confirming on the next read"
@@ -403,6 +412,18 @@ class Learner:
             return
         self._unconfirmed = None
         self.rebase(target)
+
+    def note_kept(self, head: str, view: GateView) -> None:
+        """Say once per version that a rejection which fell short stays on the line."""
+        line = ancestry(None if head == BASE else head, self.parent_of)
+        champion = line.get(None if view.champion in (None, BASE) else view.champion, len(line))
+        above = {v for v, steps in line.items() if steps < champion}  # between the head and the champion
+        for version in sorted(view.short & above - self._kept, key=line.get):
+            self._kept.add(version)
+            self.progress(
+                f"the gate rejected {version} short of its required gain (better than {view.champion or BASE} "
+                f"on the mean, every other check passed): training goes on from {head}"
+            )
 
     def parent_of(self, version: str) -> str | None:
         try:

@@ -37,6 +37,10 @@ class LearnerSettings:
     registered_model: str = "ratchet-policy"  # the gate's registered model (its champion alias and tags)
     follow_champion: bool = True  # after a rejection or rollback on its line, continue from the champion
     follow_every_s: float = 10.0  # read the gate's decisions at most this often
+    # ... except after a rejection that only fell short of the gate's required gain (a positive mean
+    # gain, every other check passed): up to this many such versions in a row stay on the line, so the
+    # next candidate builds on them (0: rebase after every rejection)
+    keep_short_rejections: int = 2
     # LoRA and optimiser
     lora_rank: int = 16  # LoRA rank r (vLLM's --max-lora-rank must be at least this)
     lora_alpha: int = 32  # LoRA alpha (scale alpha/r)
@@ -102,6 +106,11 @@ class LearnerSettings:
     def __post_init__(self) -> None:
         if self.batch_min_trained < 0:
             raise ValueError(f"batch_min_trained is {self.batch_min_trained}: it must be >= 0 (0: off)")
+        if self.keep_short_rejections < 0:
+            raise ValueError(
+                f"keep_short_rejections is {self.keep_short_rejections}: it must be >= 0 "
+                "(0: rebase after every rejection)"
+            )
         if not 0.0 < self.kl_row_fraction <= 1.0:
             raise ValueError(f"kl_row_fraction is {self.kl_row_fraction}: it must be in (0, 1]")
 

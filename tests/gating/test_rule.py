@@ -3,7 +3,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gating.rule import REQUIRED, TARGET, RuleConfig, decide, lower_bound, paired
+from gating.rule import REQUIRED, TARGET, RuleConfig, decide, fell_short, lower_bound, paired
 
 FULL = RuleConfig(
     min_gain=0.05, confidence=0.95, bootstrap_samples=2000, seed=0, max_kl_base=0.5, max_kl_champion=0.3
@@ -45,6 +45,19 @@ def test_a_gain_too_noisy_to_trust_is_rejected():
     d = decide(cand, champ, None, None, RULE)
     assert d.decision == "reject" and [r.code for r in d.reasons] == ["target_gain"]
     assert d.evidence["target.gain_lower_bound"] < 0.05 < d.evidence["target.gain"]
+
+
+def test_a_rejection_fell_short_only_when_the_gain_was_positive_and_nothing_else_failed():
+    noisy = decide(scores([1.0] + [0.0] * 11), scores([0.0] * 12), None, None, RULE)
+    assert fell_short([r.code for r in noisy.reasons], noisy.evidence["target.gain"])
+    worse = decide(scores([0.0] * 12), scores([1.0] + [0.0] * 11), None, None, RULE)
+    assert not fell_short([r.code for r in worse.reasons], worse.evidence["target.gain"])  # gain < 0
+    same = decide(scores([0.5] * 12), scores([0.5] * 12), None, None, RULE)
+    assert not fell_short([r.code for r in same.reasons], same.evidence["target.gain"])  # no gain
+    also = decide(scores([1.0] + [0.0] * 11, hack=[1] * 12), scores([0.0] * 12), None, None, RULE)
+    assert not fell_short([r.code for r in also.reasons], also.evidence["target.gain"])  # + hack rate
+    assert not fell_short(["target_gain"], None)  # an override: no gain measured
+    assert not fell_short([], 0.2)  # promoted, or rejected by hand without a reason
 
 
 def test_no_gain_is_rejected_even_with_min_gain_zero():

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from ingest import topics
 from learner import checkpoint
 from learner.checkpoint import Ledger
-from learner.lineage import BASE, GateView, awaits_confirmation, rebase_target
+from learner.lineage import BASE, GateView, awaits_confirmation, read_gate, rebase_target
 from learner.loop import Learner
 from learner.store import AdapterStore
 from tests.learner.conftest import produce, rewarded, tiny_settings
@@ -37,6 +37,29 @@ def test_a_decision_on_the_way_to_the_champion_rebases_on_it():
     assert target("v3", "v1", {"v1", "v2", "v3"}) == "v1"  # the head itself rejected
     # v3 was promoted, then rolled back to v1: v3 is decided and no longer champion
     assert target("v4", "v1", {"v1", "v3"}) == "v1"
+
+
+def test_rejections_that_fell_short_stay_on_the_line_up_to_the_limit():
+    def view(champion: str | None, decided: set[str], short: set[str]) -> GateView:
+        promoted = {champion} if champion else set()
+        return GateView(champion, frozenset(decided), frozenset(promoted), frozenset(short))
+
+    v2_short = view("v1", {"v1", "v2"}, {"v2"})
+    assert rebase_target("v3", PARENTS.get, v2_short, keep_short=1) is None
+    assert rebase_target("v2", PARENTS.get, v2_short, keep_short=1) is None  # the head itself
+    assert rebase_target("v3", PARENTS.get, v2_short, keep_short=0) == "v1"  # 0: every rejection
+    both = view("v1", {"v1", "v2", "v3"}, {"v2", "v3"})
+    assert rebase_target("v4", PARENTS.get, both, keep_short=2) is None
+    assert rebase_target("v4", PARENTS.get, both, keep_short=1) == "v1"  # the second one in a row
+    # a short rejection above one that regressed: the line left at the regression
+    assert rebase_target("v4", PARENTS.get, view("v1", {"v1", "v2", "v3"}, {"v3"}), keep_short=5) == "v1"
+    # short rejections below the champion are not on the way and count for nothing
+    assert (
+        rebase_target("v5", PARENTS.get, view("v3", {"v1", "v2", "v3", "v4"}, {"v1", "v2", "v4"}), 1) is None
+    )
+    # the first candidate against the base model
+    assert rebase_target("v2", PARENTS.get, view(None, {"v1"}, {"v1"}), keep_short=1) is None
+    assert not awaits_confirmation("v3", PARENTS.get, v2_short, keep_short=0)  # a rejection: at once
 
 
 def test_a_champion_off_the_line_is_joined():
@@ -79,9 +102,12 @@ def policy_weights(learner: Learner) -> dict[str, torch.Tensor]:
 def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
     broker, topic, model_dir, tmp_path, single_thread
 ):
-    """v1 published, v2 trained on top; the gate keeps v1 and rejects v2: the learner's weights and
-    AdamW state become exactly v1's, and its next version names v1 as parent."""
-    settings = tiny_settings(tmp_path, broker, topic, model_dir, publish_every_updates=1)
+    """v1 published, v2 trained on top; the gate keeps v1 and rejects v2 (short of the required gain
+    first: the line goes on; then outright): the learner's weights and AdamW state become exactly
+    v1's, and its next version names v1 as parent."""
+    settings = tiny_settings(
+        tmp_path, broker, topic, model_dir, publish_every_updates=1, keep_short_rejections=1
+    )
     produce(broker, topic, [rewarded(f"a{i}", float(i % 2), task_id="t0") for i in range(8)])
     learner = Learner(settings, print)
     try:
@@ -96,6 +122,9 @@ def test_a_rebase_loads_the_champions_weights_and_optimizer_state(
         assert learner.state.head == "v2" and learner.state.rebases == 0
         learner.follow_view(GateView("v1", frozenset({"v1", "v2"}), frozenset({"v1", "v2"})))
         assert learner.state.head == "v2" and learner.state.rebases == 0  # v2 promoted, alias not moved yet
+        short = GateView("v1", frozenset({"v1", "v2"}), frozenset({"v1"}), frozenset({"v2"}))
+        learner.follow_view(short)  # v2 rejected short of the required gain: kept
+        assert learner.state.head == "v2" and learner.state.rebases == 0
         rejected = GateView("v1", frozenset({"v1", "v2"}), frozenset({"v1"}))  # v2 rejected: at once
         learner.follow_view(rejected)
         assert learner.state.head == "v1" and learner.state.rebases == 1
@@ -225,3 +254,34 @@ def test_the_learner_reads_a_rejection_from_mlflow_and_a_kill_mid_rebase_converg
         [*(f"p{i}" for i in range(4)), *(f"q{i}" for i in range(4))]
     )
     assert all(e["outcome"] == "trained" for e in ledger)
+
+
+def test_the_gate_view_read_from_mlflow_names_the_rejections_that_fell_short(mlflow_url):
+    """Version tags as the gate's Registry writes them from its log: a rejection for its target gain
+    alone with a positive gain fell short; a negative gain, another failed check or an operator's
+    rejection did not."""
+    from gating.decisions import Entry, State
+    from gating.records import Registry
+
+    model = f"short-{uuid.uuid4().hex[:8]}"
+    registry = Registry(mlflow_url, model, f"{model}-gate")
+    gain = [{"code": "target_gain", "message": "short"}]
+    hack = [{"code": "hack_rate", "message": "shortcuts"}]
+    cases = [  # version, action, decision, reasons, gain, state after
+        ("v1", "evaluate", "promote", [], 0.3, State("v1")),
+        ("v2", "evaluate", "reject", gain, 0.08, State("v1", "v2")),
+        ("v3", "evaluate", "reject", gain, -0.03, State("v1", "v3")),
+        ("v4", "evaluate", "reject", gain + hack, 0.1, State("v1", "v4")),
+        ("v5", "reject", "reject", gain, 0.1, State("v1", "v5")),
+    ]
+    entries = []
+    for version, action, decision, reasons, value, state in cases:
+        run_id = registry.log_run(f"d-{model}-{version}", version, {}, {}, {"gate.decision": decision}, {})
+        entries.append(
+            Entry(f"d-{model}-{version}", version, action, decision, "gate", reasons, "v1", state,
+                  content_hash=f"hash-{version}", run_id=run_id, metrics={"target.gain": value})
+        )  # fmt: skip
+        registry.reconcile(state, entries)  # as the gate does after each decision
+    view = read_gate(mlflow_url, model)
+    assert view.champion == "v1" and view.promoted == {"v1"}
+    assert view.decided == {"v1", "v2", "v3", "v4", "v5"} and view.short == {"v2"}
