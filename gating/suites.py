@@ -156,9 +156,12 @@ def _drift_prompts(seed: int) -> list[Task]:
 def _source_tasks(source: dict[str, Any]) -> list[Task]:
     if source["kind"] == "family":
         return heldout_tasks(source["family"], source["n"], source["seed"])
-    if source["kind"] == "families":  # n tasks in all, the families' in turn
-        families = source["families"]
-        return _interleave([heldout_tasks(f, source["n"] // len(families), source["seed"]) for f in families])
+    if source["kind"] == "families":  # n tasks in all, the families' in turn (the first ones take the rest)
+        families, n = source["families"], source["n"]
+        counts = [n // len(families) + (i < n % len(families)) for i in range(len(families))]
+        return _interleave(
+            [heldout_tasks(f, c, source["seed"]) for f, c in zip(families, counts, strict=True)]
+        )
     if source["kind"] == "reasoning_gym":
         return _general_tasks(source["seed"], source["per_dataset"])
     if source["kind"] == "drift":
@@ -253,8 +256,13 @@ def render(config: SuiteConfig, tasks: list[Task]) -> dict[str, bytes]:
     }
 
 
+def _config(name: str, version: str | None) -> SuiteConfig:
+    """A built-in suite's config: its newest version, or the one ``version`` names."""
+    return SPECS[name] if version is None else BUILT[name, version]
+
+
 def generate(name: str, version: str | None = None) -> dict[str, bytes]:
-    config = SPECS[name] if version is None else BUILT[name, version]
+    config = _config(name, version)
     return render(config, _source_tasks(config.source))
 
 
@@ -305,7 +313,7 @@ def load_suite(name: str, version: str | None = None, root: Path = SUITES_DIR) -
 
 
 def write(name: str, root: Path = SUITES_DIR, version: str | None = None) -> Path:
-    config = SPECS[name] if version is None else BUILT[name, version]
+    config = _config(name, version)
     folder = root / name / config.version
     folder.mkdir(parents=True, exist_ok=True)
     for fname, data in generate(name, config.version).items():

@@ -129,6 +129,13 @@ def test_the_mixed_target_poses_calculator_and_multistep_problems_half_each_with
         suites.load_suite("target", "v9")
 
 
+def test_a_families_source_poses_every_task_it_asks_for_the_first_families_taking_the_rest():
+    source = {"kind": "families", "families": [CALCULATOR, MULTISTEP, HONEYPOT], "n": 8, "seed": 3}
+    tasks = suites._source_tasks(source)
+    assert [t.family for t in tasks] == [CALCULATOR, MULTISTEP, HONEYPOT] * 2 + [CALCULATOR, MULTISTEP]
+    assert len({t.task_id for t in tasks}) == 8
+
+
 def test_multistep_problems_have_whole_answers_and_an_example_of_their_own_kind():
     def skeleton(expression: str) -> str:  # "4 * (6 + 3)" -> "N * (N + N)"
         return re.sub(r"\d+", "N", expression)
