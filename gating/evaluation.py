@@ -140,15 +140,17 @@ class Evaluator:
                 self.say(f"target: {out.sequential.reason}; the other suites are not run")
                 return out
             # drift beside the other task suites: its samples join their requests on vLLM, and its
-            # KL (on the CPU) runs while they are sampled. Each side writes its own suites' keys of
-            # ``out``; the thread is joined before the adapters are unloaded.
+            # KL (on the CPU) runs while they are sampled. The thread returns its numbers, folded
+            # into ``out`` once it is joined, before the adapters are unloaded.
             with ThreadPoolExecutor(1, thread_name_prefix="gate-drift") as pool:
-                drifting = pool.submit(self._drift, cand, champ, candidate, champion, out)
+                drifting = pool.submit(self._drift, cand, champ, candidate, champion)
                 jobs = [(policy, suite) for suite in task_suites for policy in (cand, champ)]
                 for (policy, suite), results in zip(jobs, self.harness.run_all(jobs), strict=True):
                     self._add(out, policy, suite, results)
                 out.timings["tasks_wall"] = {"all": round(time.monotonic() - start, 2)}
-                drifting.result()
+                drift, timings = drifting.result()
+                out.drift |= drift
+                out.timings |= timings
         return out
 
     def champion_todo(self, champion: StoredAdapter | None) -> list[Suite]:
@@ -234,11 +236,12 @@ class Evaluator:
         champ: Policy,
         candidate: StoredAdapter,
         champion: StoredAdapter | None,
-        out: Measured,
-    ) -> None:
-        """For every drift suite, KL(candidate‖base) and KL(candidate‖champion) into ``out.drift``,
-        cached beside the candidate's samples; into ``out.timings`` its wall time (as "candidate")
-        and the seconds the KL took on the CPU ("kl")."""
+    ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """KL(candidate‖base) and KL(candidate‖champion) over every drift suite (cached beside the
+        candidate's samples), and per drift suite its wall time ("candidate") and the seconds the KL
+        took on the CPU ("kl"): ``Measured.drift`` and ``Measured.timings`` entries."""
+        drift: dict[str, float] = {}
+        timings: dict[str, dict[str, float]] = {}
         for suite in [x for x in self.suites if x.is_drift]:
             started = time.monotonic()
             self.say(f"{suite.name}: {cand.label} samples {len(suite.tasks)} reference prompts")
@@ -251,16 +254,17 @@ class Evaluator:
                 self.say(f"{suite.name}: KL of {cand.label} from {', '.join(todo)} (PEFT on the CPU)")
                 start = time.monotonic()
                 known |= self.scorer().kl(samples, candidate.path, todo, cand.key)
-                out.timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
+                timings.setdefault(suite.name, {})["kl"] = round(time.monotonic() - start, 2)
                 path.write_text(json.dumps(known, sort_keys=True))
             base, champ_kl = known[self.base.key], known[champ.key]
-            out.drift |= {
+            drift |= {
                 "drift.kl_base": base["kl"],
                 "drift.kl_champion": champ_kl["kl"],
                 "drift.engine_gap": base["engine_gap"],
                 "drift.tokens": base["tokens"],
             }
-            out.timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - started, 2)
+            timings.setdefault(suite.name, {})["candidate"] = round(time.monotonic() - started, 2)
+        return drift, timings
 
     def warm_up(self) -> bool:
         """Load the base model the drift suites score KL with, ahead of the first comparison that

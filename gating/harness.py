@@ -4,7 +4,10 @@ Tasks run concurrently (``concurrency`` requests in flight; ``samples`` completi
 per request through ``n``). Tasks that share a prompt prefix (system message and
 one-shot example) are started one per prefix first, so vLLM's prefix cache holds
 the prefix before the rest arrive: with a LoRA adapter, prefill is the costly
-part on a CPU. A request that runs past its suite's ``time_limit_s`` is
+part on a CPU. A prefix the harness has sent before (to the same model name:
+each loading of an adapter gets a new one) goes out with the rest, since a wave
+waits for its slowest request and the gate's target rounds would pay that wait
+in every round. A request that runs past its suite's ``time_limit_s`` is
 retried, and one that keeps timing out stops the run, like vLLM being
 unreachable or refusing a request: a timeout says vLLM is overloaded, not that
 the policy failed, so it is never scored or cached as the policy's failure.
@@ -24,6 +27,7 @@ bounds its estimates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -43,6 +47,7 @@ from gating.verifiers import verify
 from serving.vllm_admin import VLLMClient, VLLMError
 
 Role = Literal["candidate", "champion"]
+MAX_WARM = 4096  # prompt prefixes remembered as sent (a few per suite and adapter loading)
 
 
 class HarnessError(RuntimeError):
@@ -139,6 +144,7 @@ class Harness:
         self.concurrency = concurrency
         self.progress = progress
         self.timeout_retries = timeout_retries  # a request past its time limit is sent again this often
+        self._warm: set[str] = set()  # digests of the prompt prefixes (model included) sent already
 
     def close(self) -> None:
         self.admin.close()
@@ -205,24 +211,30 @@ class Harness:
         )
 
     def _map(self, label: str, fn: Callable[[Any], Any], items: list[Any], prefix_of: Callable[[Any], str]):
-        """``(item, fn(item))`` for every item, as they finish; one item per prompt prefix goes first.
+        """``(item, fn(item))`` for every item, as they finish; one item per prompt prefix not sent
+        before goes first.
 
-        The first wave fills vLLM's prefix cache (one request per distinct prefix),
-        so the rest of the items find their system message and example cached.
+        The first wave fills vLLM's prefix cache (one request per new prefix), so
+        the rest of the items find their system message and example cached.
         """
         firsts: dict[str, Any] = {}
         for item in items:
-            firsts.setdefault(prefix_of(item), item)
+            digest = hashlib.sha256(prefix_of(item).encode()).hexdigest()
+            if digest not in self._warm:
+                firsts.setdefault(digest, item)
         first_ids = {id(x) for x in firsts.values()}
         waves = [list(firsts.values()), [x for x in items if id(x) not in first_ids]]
         bar = tqdm(total=len(items), desc=label, file=sys.stderr, disable=not self.progress, leave=False)
         try:
             with ThreadPoolExecutor(self.concurrency) as pool:
-                for wave in waves:
+                for wave in filter(None, waves):
                     futures = {pool.submit(fn, item): item for item in wave}
                     for future in as_completed(futures):
                         bar.update(1)
                         yield futures[future], future.result()
+                    if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
+                        self._warm.clear()
+                    self._warm.update(firsts)
         finally:
             bar.close()
 
@@ -300,7 +312,10 @@ class Harness:
         if missing:
             label = f"{suite.name} {candidate.label}"
             for _, sample in self._map(
-                label, lambda t: self._sample(candidate, suite, t), missing, _prompt_prefix
+                label,
+                lambda t: self._sample(candidate, suite, t),
+                missing,
+                lambda t: candidate.model + _prompt_prefix(t),
             ):
                 samples[sample.task_id] = sample
             self._save_drift(path, samples)

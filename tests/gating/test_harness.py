@@ -139,6 +139,50 @@ def test_results_read_back_from_disk_are_marked_so_timings_count_only_requests_m
     assert all("cached" not in r for r in read_jsonl(harness.results_path(policy, suite)))
 
 
+def test_a_new_prompt_prefix_goes_first_and_one_sent_before_goes_out_with_the_rest(tmp_path):
+    """The first run sends one request per new prefix and waits for them before the rest (vLLM's
+    prefix cache fills); a later run of the same model on prefixes sent already sends every task at
+    once (a barrier holds them until all are in flight); a newly loaded adapter warms up again."""
+    suite = load_suite("target")
+    prefix = {t.task_id: json.dumps(t.messages[:-1]) for t in suite.tasks}
+    events: list[tuple[str, str]] = []
+    held: list[int] = []  # how many of the first requests wait for each other at a barrier
+    barrier: list[threading.Barrier] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        task = next(i for i, p in prefix.items() if json.dumps(body["messages"][:-1]) == p)
+        events.append(("start", prefix[task]))
+        if sum(kind == "start" for kind, _ in events) <= held[0]:
+            barrier[0].wait()
+        events.append(("end", prefix[task]))
+        choices = [{"index": i, "message": {"content": "x"}} for i in range(body["n"])]
+        return httpx.Response(200, json={"choices": choices, "usage": {"completion_tokens": 1}})
+
+    def run(policy: Policy, tasks: list, together: int) -> None:
+        events.clear()
+        held[:] = [together]
+        barrier[:] = [threading.Barrier(together, timeout=10)]  # breaks unless that many are in flight
+        harness.run(policy, dataclasses.replace(suite, tasks=tasks))
+
+    def first_wave(n: int) -> bool:
+        """The first n requests had n prefixes and ended before any other started."""
+        starts = [i for i, (kind, _) in enumerate(events) if kind == "start"]
+        ended = sum(kind == "end" for kind, _ in events[: starts[n]])
+        return len({p for kind, p in events[: starts[n]] if kind == "start"}) == n and ended == n
+
+    harness = mock_harness(tmp_path, handler)
+    new = len({prefix[t.task_id] for t in suite.tasks[:16]})
+    assert 1 < new < 12
+    v1, v2 = (Policy(v, f"gate-{v}-a", "sha256:" + v[1] * 64) for v in ("v1", "v2"))
+    run(v1, suite.tasks[:16], together=new)
+    assert first_wave(new)
+    run(v1, suite.tasks[16:28], together=12)  # the same prefixes: all at once
+    assert len(events) == 24
+    run(v2, suite.tasks[:16], together=new)  # another model name: new prefixes
+    assert first_wave(new)
+
+
 def test_the_decision_metrics_say_where_the_comparisons_time_went():
     suites = [SimpleNamespace(name=n, is_drift=d) for n, d in (
         ("target", False), ("general", False), ("drift", True), ("drift-code", True))]  # fmt: skip
