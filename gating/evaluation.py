@@ -195,29 +195,48 @@ class Evaluator:
 
     def _target_rounds(self, target: Suite, cand: Policy, champ: Policy, out: Measured) -> Outcome:
         """Score the target round by round until its sequential verdict is not "continue" (or the
-        tasks run out); the results of every round run are in ``out``."""
+        tasks run out); the results of every round decided on are in ``out``.
+
+        Requests run ahead of the verdict: the next rounds' tasks start while a round's slowest
+        ones finish (vLLM stays as busy as ``concurrency`` allows), and each verdict reads only
+        its own rounds' tasks, in the fixed order, so it is the verdict of rounds run one after
+        the other. Once it stops, the requests not started yet are cancelled."""
         s = self.settings
         by_id = {t.task_id: t for t in target.tasks}
         order = task_order(list(by_id), s.gate_seed)
         ordered = Suite(target.config, [by_id[i] for i in order], target.content_hash)
+        policies = (cand, champ)
         alpha = 1.0 - s.confidence
         verdict = None
-        for number, (begin, end) in enumerate(rounds(len(order), s.round_tasks), start=1):
-            part = Suite(target.config, ordered.tasks[begin:end], target.content_hash)
-            for policy, results in zip(
-                (cand, champ), self.harness.run_all([(cand, part), (champ, part)]), strict=True
-            ):
-                self._add(out, policy, part, results)
-            cand_pass, champ_pass = out.candidate[TARGET], out.champion[TARGET]
-            diffs = np.array([cand_pass[t] - champ_pass[t] for t in order[:end]])
-            verdict = sequential_target(diffs, s.min_gain, alpha, s.sequential_min_tasks, s.round_tasks)
-            out.timings["target_rounds"] = {"rounds": number, "tasks": end}
-            self.say(
-                f"target round {number}: {end} of {len(order)} tasks, gain {verdict.change:+.3f}, "
-                f"anytime bounds [{verdict.lower:+.3f}, {verdict.upper:+.3f}]: {verdict.decision}"
-            )
-            if verdict.decision != "continue":
-                break
+        spans = rounds(len(order), s.round_tasks)
+        results: list[dict[str, TaskResult]] = [{}, {}]
+        number = 0
+        stream = self.harness.stream([(cand, ordered), (champ, ordered)])
+        try:
+            for index, result in stream:
+                results[index][result.task_id] = result
+                while number < len(spans) and all(
+                    i in results[0] and i in results[1] for i in order[spans[number][0] : spans[number][1]]
+                ):
+                    begin, end = spans[number]
+                    number += 1
+                    part = Suite(target.config, ordered.tasks[begin:end], target.content_hash)
+                    for policy, done in zip(policies, results, strict=True):
+                        self._add(out, policy, part, [done[t.task_id] for t in part.tasks])
+                    cand_pass, champ_pass = out.candidate[TARGET], out.champion[TARGET]
+                    diffs = np.array([cand_pass[t] - champ_pass[t] for t in order[:end]])
+                    verdict = sequential_target(
+                        diffs, s.min_gain, alpha, s.sequential_min_tasks, s.round_tasks
+                    )
+                    out.timings["target_rounds"] = {"rounds": number, "tasks": end}
+                    self.say(
+                        f"target round {number}: {end} of {len(order)} tasks, gain {verdict.change:+.3f}, "
+                        f"anytime bounds [{verdict.lower:+.3f}, {verdict.upper:+.3f}]: {verdict.decision}"
+                    )
+                    if verdict.decision != "continue":
+                        return verdict
+        finally:
+            stream.close()
         return verdict
 
     def _add(self, out: Measured, policy: Policy, suite: Suite, results: list[TaskResult]) -> None:

@@ -27,12 +27,13 @@ bounds its estimates.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -225,17 +226,18 @@ class Harness:
         first_ids = {id(x) for x in firsts.values()}
         waves = [list(firsts.values()), [x for x in items if id(x) not in first_ids]]
         bar = tqdm(total=len(items), desc=label, file=sys.stderr, disable=not self.progress, leave=False)
+        pool = ThreadPoolExecutor(self.concurrency)
         try:
-            with ThreadPoolExecutor(self.concurrency) as pool:
-                for wave in filter(None, waves):
-                    futures = {pool.submit(fn, item): item for item in wave}
-                    for future in as_completed(futures):
-                        bar.update(1)
-                        yield futures[future], future.result()
-                    if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
-                        self._warm.clear()
-                    self._warm.update(firsts)
-        finally:
+            for wave in filter(None, waves):
+                futures = {pool.submit(fn, item): item for item in wave}  # started in the items' order
+                for future in as_completed(futures):
+                    bar.update(1)
+                    yield futures[future], future.result()
+                if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
+                    self._warm.clear()
+                self._warm.update(firsts)
+        finally:  # also when the caller stops early: what has not started never will
+            pool.shutdown(wait=True, cancel_futures=True)
             bar.close()
 
     def load_adapter(self, name: str, path: Path) -> None:
@@ -275,27 +277,42 @@ class Harness:
 
         Bigger batches make vLLM faster on a CPU; each result is on disk as soon as it is in.
         """
-        done: list[dict[str, TaskResult]] = []
-        items: list[tuple[int, Task]] = []
+        done: list[dict[str, TaskResult]] = [{} for _ in jobs]
+        for index, result in self.stream(jobs):
+            done[index][result.task_id] = result
+        return [[done[i][t.task_id] for t in suite.tasks] for i, (_, suite) in enumerate(jobs)]
+
+    def stream(self, jobs: list[tuple[Policy, Suite]]) -> Iterator[tuple[int, TaskResult]]:
+        """``(job index, result)`` for every task of every job: those on disk first, then the rest as
+        they finish. Requests start in task order, the jobs in turn at each position (the first task
+        of every job, then the second, ...), so a caller reading a suite's rounds finds its first
+        rounds complete first. Closing the iterator early cancels the requests not started yet; each
+        result is on disk once yielded."""
+        todo: list[tuple[int, int, Task]] = []  # (position in its suite, job index, task)
         for index, (policy, suite) in enumerate(jobs):
-            cached = _read_jsonl(self.results_path(policy, suite))
-            done.append({r["task_id"]: TaskResult.from_json(r | {"cached": True}) for r in cached})
-            items.extend((index, t) for t in suite.tasks if t.task_id not in done[index])
-        if items:
+            cached = {r["task_id"]: r for r in _read_jsonl(self.results_path(policy, suite))}
+            for position, task in enumerate(suite.tasks):
+                if task.task_id in cached:
+                    yield index, TaskResult.from_json(cached[task.task_id] | {"cached": True})
+                else:
+                    todo.append((position, index, task))
+        items = [(index, task) for _, index, task in sorted(todo, key=lambda x: x[:2])]
+        if not items:
+            return
 
-            def run_one(item: tuple[int, Task]) -> TaskResult:
-                policy, suite = jobs[item[0]]
-                return self._run_task(policy, suite, item[1])
+        def run_one(item: tuple[int, Task]) -> TaskResult:
+            policy, suite = jobs[item[0]]
+            return self._run_task(policy, suite, item[1])
 
-            def prefix(item: tuple[int, Task]) -> str:
-                return jobs[item[0]][0].model + json.dumps(item[1].messages[:-1])
+        def prefix(item: tuple[int, Task]) -> str:
+            return jobs[item[0]][0].model + json.dumps(item[1].messages[:-1])
 
-            label = ", ".join(f"{suite.name} {policy.label}" for policy, suite in jobs)
-            for (index, _), result in self._map(label, run_one, items, prefix):
+        label = ", ".join(f"{suite.name} {policy.label}" for policy, suite in jobs)
+        with contextlib.closing(self._map(label, run_one, items, prefix)) as finished:
+            for (index, _), result in finished:
                 policy, suite = jobs[index]
                 _append_jsonl(self.results_path(policy, suite), result.to_json())
-                done[index][result.task_id] = result
-        return [[done[i][t.task_id] for t in suite.tasks] for i, (_, suite) in enumerate(jobs)]
+                yield index, result
 
     # --- drift -----------------------------------------------------------------------------
 

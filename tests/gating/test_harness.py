@@ -4,10 +4,13 @@ import threading
 from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import pytest
 
 from gating.evaluation import Evaluator, phase_seconds
 from gating.harness import Harness, HarnessError, Policy, TaskResult
+from gating.rule import TARGET
+from gating.sequential import rounds, sequential_target, task_order
 from gating.settings import GateSettings
 from gating.suites import load_suite
 from gating.tasks import FORMAT_TOOLS, tool_call
@@ -258,3 +261,55 @@ def test_the_drift_runs_beside_the_other_task_suites_and_before_the_adapters_are
     assert out.drift["drift.kl_base"] == out.drift["drift.kl_champion"] == 0.01
     assert set(out.candidate) >= {"target.pass_at_1", "general.pass"}
     assert {"tasks_wall", "drift"} <= set(out.timings)
+
+
+def test_target_rounds_run_ahead_of_the_verdict_which_reads_only_its_own_rounds(tmp_path):
+    """The first task's request is held until a later round's request has arrived: rounds run one
+    after the other never get there (the hold gives up and the test fails). The verdict, its rounds
+    and the target's scores are those of rounds run one after the other on the same outcomes."""
+    target = load_suite("target").limited(40)
+    by_messages = {json.dumps(t.messages): t for t in target.tasks}
+    settings = GateSettings(gate_dir=tmp_path, zero_adapter_base=False, round_tasks=4, sequential_min_tasks=8)
+    order = task_order([t.task_id for t in target.tasks], settings.gate_seed)
+    position = {task_id: i for i, task_id in enumerate(order)}
+    later_round_asked, held = threading.Event(), []
+
+    def passes(task, model: str) -> bool:  # the candidate solves two tasks of three, the base one of four
+        if model.startswith("gate-v1"):
+            return position[task.task_id] % 3 != 0
+        return position[task.task_id] % 4 == 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/chat/completions":
+            return httpx.Response(200, json={})  # adapters loaded and unloaded
+        body = json.loads(request.content)
+        task = by_messages[json.dumps(body["messages"])]
+        if position[task.task_id] >= settings.round_tasks:
+            later_round_asked.set()
+        if position[task.task_id] == 0:
+            held.append(later_round_asked.wait(timeout=10))
+        expression = task.expected["reference"] if passes(task, body["model"]) else "0"
+        text = tool_call("calculator", expression=expression)
+        choices = [{"index": i, "message": {"content": text}} for i in range(body["n"])]
+        return httpx.Response(200, json={"choices": choices, "usage": {"completion_tokens": 1}})
+
+    harness = mock_harness(tmp_path / "results", handler)
+    candidate = SimpleNamespace(
+        version="v1", path=tmp_path, manifest=SimpleNamespace(content_hash="sha256:" + "1" * 64)
+    )
+    evaluator = Evaluator(settings, harness, [target])
+    measured = evaluator.measure(candidate, None)
+
+    by_id = {t.task_id: t for t in target.tasks}
+    diffs = np.array([float(passes(by_id[i], "gate-v1")) - float(passes(by_id[i], "base")) for i in order])
+    alpha, least, size = 1.0 - settings.confidence, settings.sequential_min_tasks, settings.round_tasks
+    verdicts = [
+        (number, end, sequential_target(diffs[:end], settings.min_gain, alpha, least, size))
+        for number, (_, end) in enumerate(rounds(len(order), size), start=1)
+    ]
+    number, end, expected = next(v for v in verdicts if v[2].decision != "continue")
+    assert held == [True, True]  # the later round came while the first task (both policies) was held
+    assert measured.sequential == expected and expected.decision != "continue"
+    assert measured.timings["target_rounds"] == {"rounds": number, "tasks": end}
+    assert set(measured.candidate[TARGET]) == set(order[:end]) == set(measured.champion[TARGET])
+    assert end < len(order)  # stopped before the tasks ran out
