@@ -207,7 +207,8 @@ def test_the_champion_measured_ahead_is_what_the_next_comparison_uses(make_gate,
     assert entry.decision == "promote", entry.reasons
     assert champion_file.read_text() == sampled_ahead  # nothing of the champion sampled again
     (candidate_file,) = (tmp_path / "results" / "candidate").rglob("*.jsonl")
-    assert len(read_jsonl(candidate_file)) == entry.metrics["target.tasks"]
+    # the tasks the verdict read, and those of later rounds that finished before it (run ahead)
+    assert entry.metrics["target.tasks"] <= len(read_jsonl(candidate_file)) <= 24
     assert gate.evaluator.champion_todo(gate.store.verify("v1"))  # the new champion: not yet measured
 
 
