@@ -233,9 +233,10 @@ class Harness:
                 for future in as_completed(futures):
                     bar.update(1)
                     yield futures[future], future.result()
-                if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
-                    self._warm.clear()
-                self._warm.update(firsts)
+                if wave is waves[0]:  # the new prefixes are in vLLM's cache now
+                    if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
+                        self._warm.clear()
+                    self._warm.update(firsts)
         finally:  # also when the caller stops early: what has not started never will
             pool.shutdown(wait=True, cancel_futures=True)
             bar.close()

@@ -12,7 +12,7 @@ gate has not decided yet are candidates in flight: the line goes on. So do up
 to ``keep_short`` rejected versions that only *fell short* (the gate found
 them better than the champion by their mean gain, but not by the margin its
 rule requires, and every other check passed: :func:`gating.rule.fell_short`):
-a five-minute step too small for the gate to resolve is kept, so that the next
+a step too small for the gate to resolve is kept, so that the next
 ones build on it instead of starting again from the champion. Any other
 decided version on the way means the line left the ratchet: it was rejected,
 or it was promoted and is no longer champion (rolled back, or replaced by
@@ -26,7 +26,7 @@ when there is none, and every line meets it.
 A promotion is written in steps: the gate tags the version with its decision,
 then moves the alias. A reader between the two sees a promoted version below
 the champion's alias on the head's line, exactly as after a rollback. Such a
-departure (:func:`awaits_confirmation`) is acted on only when a later read
+departure (``Course.awaits_confirmation``) is acted on only when a later read
 still shows it; a rejection, or a champion off the line, is acted on at once.
 """
 
@@ -72,41 +72,49 @@ def distance(
     return steps + head_line.get(version, len(head_line))
 
 
-def departure(
-    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
-) -> str | None:
-    """The decided version where the head's line left the ratchet, ``BASE`` when the line never
-    meets the champion, or None when the line goes on (the head descends from the champion through
-    undecided versions and at most ``keep_short`` versions that fell short)."""
+@dataclass(frozen=True)
+class Course:
+    """Where the head's line stands, from one walk up its ancestry (:func:`course`)."""
+
+    left_at: str | None  # the decided version where the line left, BASE if it never meets the champion
+    target: str | None  # the champion to rebase on (BASE: the base model), None to go on from the head
+    kept: tuple[str, ...] = ()  # when the line goes on: the versions on it that fell short, nearest first
+    awaits_confirmation: bool = False  # the departure may be a promotion caught half-written
+
+
+def course(head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0) -> Course:
+    """The line goes on when the head descends from the champion through undecided versions and at
+    most ``keep_short`` versions that fell short; otherwise it left at the first other decided version
+    (or never meets the champion), and the learner rebases on the champion. The departure awaits
+    confirmation when the version it left at was promoted and descends from the champion (its alias
+    not moved yet, or a rollback)."""
     champion = None if view.champion in (None, BASE) else view.champion
-    kept = 0
+    kept: list[str] = []
+    left_at: str | None = BASE  # unless the walk meets the champion or a decided version
     for version in ancestry(None if head == BASE else head, parent_of):
         if version == champion:
-            return None
-        if version in view.short and kept < keep_short:
-            kept += 1
+            return Course(None, None, tuple(kept))
+        if version in view.short and len(kept) < keep_short:
+            kept.append(version)
         elif version in view.decided:
-            return version
-    return BASE  # the line never meets the champion (or its ancestry is corrupt)
+            left_at = version
+            break
+    awaits = left_at in view.promoted and champion in ancestry(left_at, parent_of)
+    return Course(left_at, view.champion or BASE, awaits_confirmation=awaits)
 
 
 def rebase_target(
     head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
 ) -> str | None:
     """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
-    return None if departure(head, parent_of, view, keep_short) is None else view.champion or BASE
+    return course(head, parent_of, view, keep_short).target
 
 
 def awaits_confirmation(
     head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
 ) -> bool:
-    """Whether the line's departure may be a promotion caught half-written: the version it left at
-    was promoted and descends from the champion (its alias not moved yet, or a rollback)."""
-    left_at = departure(head, parent_of, view, keep_short)
-    if left_at is None or left_at not in view.promoted:
-        return False
-    champion = None if view.champion in (None, BASE) else view.champion
-    return champion in ancestry(left_at, parent_of)
+    """Whether the line's departure may be a promotion caught half-written."""
+    return course(head, parent_of, view, keep_short).awaits_confirmation
 
 
 def read_gate(mlflow_url: str, registered_model: str) -> GateView:

@@ -50,14 +50,7 @@ from learner.batching import Limits, Outcome, Plan, collate, looks_stale, plan
 from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
-from learner.lineage import (
-    GateView,
-    ancestry,
-    awaits_confirmation,
-    departure,
-    read_gate,
-    rebase_target,
-)
+from learner.lineage import GateView, course, read_gate
 from learner.publishing import Publisher, optimizer_snapshot
 from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings
@@ -396,29 +389,28 @@ class Learner:
 
     def follow_view(self, view: GateView) -> None:
         """Rebase when ``view`` shows the line left; a departure that may be a promotion half-written
-        (:func:`learner.lineage.awaits_confirmation`) only when the next read shows it again."""
-        head, keep = self.state.head, self.settings.keep_short_rejections
-        target = rebase_target(head, self.parent_of, view, keep)
-        if target is None:
+        (``Course.awaits_confirmation``) only when the next read shows it again."""
+        head = self.state.head
+        line = course(head, self.parent_of, view, self.settings.keep_short_rejections)
+        if line.target is None:
             self._unconfirmed = None
-            self.note_kept(head, view)
+            self.note_kept(head, line.kept, view)
             return
-        seen = (head, departure(head, self.parent_of, view, keep))
-        if awaits_confirmation(head, self.parent_of, view, keep) and self._unconfirmed != seen:
+        seen = (head, line.left_at)
+        if line.awaits_confirmation and self._unconfirmed != seen:
             self._unconfirmed = seen
             self.progress(
-                f"the gate promoted {seen[1]} but the champion is {target}: confirming on the next read"
+                f"the gate promoted {seen[1]} but the champion is {line.target}: confirming on the next read"
             )
             return
         self._unconfirmed = None
-        self.rebase(target)
+        self.rebase(line.target)
 
-    def note_kept(self, head: str, view: GateView) -> None:
+    def note_kept(self, head: str, kept: tuple[str, ...], view: GateView) -> None:
         """Say once per version that a rejection which fell short stays on the line."""
-        line = ancestry(None if head == BASE else head, self.parent_of)
-        champion = line.get(None if view.champion in (None, BASE) else view.champion, len(line))
-        above = {v for v, steps in line.items() if steps < champion}  # between the head and the champion
-        for version in sorted(view.short & above - self._kept, key=line.get):
+        for version in kept:
+            if version in self._kept:
+                continue
             self._kept.add(version)
             self.progress(
                 f"the gate rejected {version} short of its required gain (better than {view.champion or BASE} "

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from ingest import topics
 from learner import checkpoint
 from learner.checkpoint import Ledger
-from learner.lineage import BASE, GateView, awaits_confirmation, read_gate, rebase_target
+from learner.lineage import BASE, Course, GateView, awaits_confirmation, course, read_gate, rebase_target
 from learner.loop import Learner
 from learner.store import AdapterStore
 from tests.learner.conftest import produce, rewarded, tiny_settings
@@ -51,6 +51,9 @@ def test_rejections_that_fell_short_stay_on_the_line_up_to_the_limit():
     both = view("v1", {"v1", "v2", "v3"}, {"v2", "v3"})
     assert rebase_target("v4", PARENTS.get, both, keep_short=2) is None
     assert rebase_target("v4", PARENTS.get, both, keep_short=1) == "v1"  # the second one in a row
+    # what the learner says it keeps, nearest first; and where it left when it does not
+    assert course("v4", PARENTS.get, both, keep_short=2) == Course(None, None, ("v3", "v2"))
+    assert course("v4", PARENTS.get, both, keep_short=1) == Course("v2", "v1")
     # a short rejection above one that regressed: the line left at the regression
     assert rebase_target("v4", PARENTS.get, view("v1", {"v1", "v2", "v3"}, {"v3"}), keep_short=5) == "v1"
     # short rejections below the champion are not on the way and count for nothing
