@@ -108,7 +108,7 @@ def collect(stack_settings, started_at: float, ended_at: float, sim) -> RunData:
     from gating.decisions import DecisionLog
     from ingest import topics
     from learner.store import AdapterStore
-    from ops.report import RunData, Served
+    from ops.report import RunData, Served, live_success
 
     s = stack_settings
     data = RunData(started_at=started_at, ended_at=ended_at)
@@ -139,6 +139,7 @@ def collect(stack_settings, started_at: float, ended_at: float, sim) -> RunData:
         "sessions": len(sim.results),
         "errors": dict(sim.errors),
         "calculator_success": round(sum(r.passed for r in calc) / len(calc), 3) if calc else None,
+        "success_by_version": live_success(sim.results),
     }
     return data
 

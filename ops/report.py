@@ -169,6 +169,22 @@ def served_share_over_time(served: dict[str, Served], started_at: float) -> dict
     return {str(m): served_share(by_minute[m]) for m in sorted(by_minute)}
 
 
+def live_success(results: list[Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """The traffic's own outcomes (its verifier's pass) per served version and task family:
+    ``{version: {family: {"sessions", "success"}}}``, versions in order (``base`` first). Traffic is no
+    held-out measure (its tasks repeat, its sessions overlap promotions), but it is what users saw."""
+    cells: dict[str, dict[str, list[bool]]] = {}
+    for r in results:
+        cells.setdefault(label(r.adapter_version), {}).setdefault(r.family, []).append(bool(r.passed))
+    return {
+        version: {
+            family: {"sessions": len(passed), "success": round(sum(passed) / len(passed), 3)}
+            for family, passed in sorted(cells[version].items())
+        }
+        for version in sorted(cells, key=_order)
+    }
+
+
 def _order(version: str) -> tuple[int, str]:
     """Sort key: the base model first, then versions by number."""
     digits = version.lstrip("v")

@@ -12,6 +12,7 @@ from ops.report import (
     Served,
     build_report,
     freshness_s,
+    live_success,
     policies_to_measure,
     scope,
     served_share,
@@ -260,3 +261,25 @@ def test_the_report_is_recorded_in_mlflow_with_a_metric_per_stage(tmp_path):
     assert run.data.tags["ratchet.champion"] == "v3"
     assert run.data.tags["ratchet.decisions"] == "v3 promote; v4 promote; v3 promote"
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"report.json", "report.png"}
+
+
+def test_live_success_counts_each_served_version_by_family():
+    from ops.simulator import SessionResult
+
+    def result(version, family, passed):
+        return SessionResult(f"s-{version}-{family}-{passed}", "t", family, passed, False, version, T0)
+
+    results = [
+        *(result("v2", "calculator", p) for p in (True, True, False, True)),
+        *(result(None, "calculator", p) for p in (True, False, False)),
+        result(None, "multistep", False),
+        result("v10", "multistep", True),
+    ]
+    assert live_success(results) == {
+        "base": {
+            "calculator": {"sessions": 3, "success": 0.333},
+            "multistep": {"sessions": 1, "success": 0.0},
+        },
+        "v2": {"calculator": {"sessions": 4, "success": 0.75}},
+        "v10": {"multistep": {"sessions": 1, "success": 1.0}},
+    }
