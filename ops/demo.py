@@ -7,7 +7,9 @@
    serving controller do their work meanwhile;
 3. the simulator stops; the demo waits (at most ``--ledger-minutes``) until the
    learner's ledger has a line for every rewarded session of the run, then gives
-   the gate ``--drain-minutes`` to decide on the newest candidate;
+   the learner and the gate ``--drain-minutes`` to publish its last updates (a
+   version is due ``publish_every_s`` after its window opened) and decide on the
+   newest candidate;
 4. the run's base policy (the champion when it started, usually the base model)
    and every version promoted during it are measured afresh on the gate's
    held-out target suite (``--eval-tasks`` x ``--eval-samples``, new samples in
@@ -190,6 +192,23 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
         say(f"  {label}: held-out pass@1 {est['mean']} (95 % interval {lo}–{hi}, {est['tasks']} tasks)")
 
 
+def settled(newest: str | None, decided: set[str], trained: int | None, published: int) -> bool:
+    """Whether the run's last candidate is in: the learner has published every update it trained
+    (``trained``, from its /health; None: it did not answer, so only the gate is waited for) and the
+    gate has decided on the newest version (or there is none)."""
+    return (trained is None or trained <= published) and (newest is None or newest in decided)
+
+
+def learner_updates(health_url: str) -> int | None:
+    """The learner's update count from its /health, None if it does not answer."""
+    import httpx
+
+    try:
+        return int(httpx.get(health_url, timeout=5).json()["updates"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ratchet demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -204,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "--drain-minutes",
         type=float,
         default=8.0,
-        help="time after the traffic for the newest candidate's gate decision (default 8)",
+        help="time after the ledger is complete for the learner's last version and its gate decision (default 8)",
     )
     parser.add_argument(
         "--ledger-minutes",
@@ -229,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RATCHET_CONFIG", str(DEMO_CONFIG))
     from gating.decisions import DecisionLog
     from ingest.config import ConfigError
-    from learner.store import version_number
+    from learner.store import AdapterStore
     from ops.config_reference import require_valid_config
     from ops.pipeline import load_settings, pipeline, routed_version
     from ops.report import log_report, write_report
@@ -279,13 +298,21 @@ def main(argv: list[str] | None = None) -> int:
         say,
     )
     log = DecisionLog(stack_settings.state_dir / "gate" / "decisions.jsonl")
-    store_dir = stack_settings.state_dir / "adapters" / "versions"
+    store = AdapterStore(stack_settings.state_dir / "adapters")
+    health_url = f"http://{stack_settings.host}:{ps.learner_health_port}/health"
     deadline = time.monotonic() + args.drain_minutes * 60
-    say(f"up to {args.drain_minutes:g} minutes for the gate to decide on the last candidate")
+    say(
+        f"up to {args.drain_minutes:g} minutes for the learner to publish its last updates "
+        "and the gate to decide on the last candidate"
+    )
     while time.monotonic() < deadline:
-        versions = {p.name for p in store_dir.glob("v*")} if store_dir.exists() else set()
-        decided = {e.version for e in log.entries()}
-        if versions and max(versions, key=version_number) in decided:  # the newest candidate is decided
+        newest = store.latest()
+        if settled(
+            newest.version if newest else None,
+            {e.version for e in log.entries()},
+            learner_updates(health_url),
+            newest.manifest.data_window.get("updates", 0) if newest else 0,
+        ):
             break
         time.sleep(5)
     ended = time.time()
