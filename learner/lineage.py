@@ -103,20 +103,6 @@ def course(head: str, parent_of: Callable[[str], str | None], view: GateView, ke
     return Course(left_at, view.champion or BASE, awaits_confirmation=awaits)
 
 
-def rebase_target(
-    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
-) -> str | None:
-    """The champion to rebase on (``BASE`` for the base model), or None to go on from ``head``."""
-    return course(head, parent_of, view, keep_short).target
-
-
-def awaits_confirmation(
-    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
-) -> bool:
-    """Whether the line's departure may be a promotion caught half-written."""
-    return course(head, parent_of, view, keep_short).awaits_confirmation
-
-
 def read_gate(mlflow_url: str, registered_model: str) -> GateView:
     """The gate's decisions as the MLflow registry holds them (no registered model: nothing decided)."""
     from mlflow import MlflowClient

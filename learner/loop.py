@@ -186,6 +186,7 @@ class Learner:
         latest = self.store.latest()
         return {
             "updates": st.updates,
+            "unpublished": max(0, st.updates - self.publisher.published_updates()),  # not yet in a version
             "checkpoint": st.checkpoint,
             "records": st.records,
             "rebases": st.rebases,

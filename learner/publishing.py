@@ -107,6 +107,7 @@ class Publisher:
         self.crash_point("tracked")
 
     def published_updates(self) -> int:
+        """The update count of the newest published version (0 before the first)."""
         latest = self.store.latest()
         return latest.manifest.data_window.get("updates", 0) if latest else 0
 

@@ -192,19 +192,20 @@ def measure_heldout(data: RunData, stack_settings, run_dir: Path, tasks: int, sa
         say(f"  {label}: held-out pass@1 {est['mean']} (95 % interval {lo}–{hi}, {est['tasks']} tasks)")
 
 
-def settled(newest: str | None, decided: set[str], trained: int | None, published: int) -> bool:
-    """Whether the run's last candidate is in: the learner has published every update it trained
-    (``trained``, from its /health; None: it did not answer, so only the gate is waited for) and the
-    gate has decided on the newest version (or there is none)."""
-    return (trained is None or trained <= published) and (newest is None or newest in decided)
+def settled(newest: str | None, decided: set[str], unpublished: int | None) -> bool:
+    """Whether the run's last candidate is in: the learner has no trained update left unpublished
+    (``unpublished``, from its /health; None: it did not answer, so only the gate is waited for) and
+    the gate has decided on the newest version (or there is none)."""
+    return not unpublished and (newest is None or newest in decided)
 
 
-def learner_updates(health_url: str) -> int | None:
-    """The learner's update count from its /health, None if it does not answer."""
+def learner_unpublished(health_url: str) -> int | None:
+    """The learner's updates not yet in a published version, from its /health; None if it does not
+    answer."""
     import httpx
 
     try:
-        return int(httpx.get(health_url, timeout=5).json()["updates"])
+        return int(httpx.get(health_url, timeout=5).json()["unpublished"])
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None
 
@@ -310,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         if settled(
             newest.version if newest else None,
             {e.version for e in log.entries()},
-            learner_updates(health_url),
-            newest.manifest.data_window.get("updates", 0) if newest else 0,
+            learner_unpublished(health_url),
         ):
             break
         time.sleep(5)

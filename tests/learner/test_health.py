@@ -51,6 +51,8 @@ def test_the_learner_reports_its_progress_on_health(broker, topic, model_dir, tm
             stop.wait(0.2)
         assert body.get("records") == 4 and body["updates"] == 1 and body["status"] == "ok", body
         assert body["offsets"] and sum(body["offsets"].values()) == 4
+        # a version every 2 updates: the one update is trained and not yet published
+        assert body["unpublished"] == 1 and body["published"] is None, body
     finally:
         stop.set()
         worker.join(timeout=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import uuid
+from collections.abc import Callable
 
 import torch
 from safetensors.torch import load_file
@@ -11,13 +12,19 @@ from safetensors.torch import load_file
 from ingest import topics
 from learner import checkpoint
 from learner.checkpoint import Ledger
-from learner.lineage import BASE, Course, GateView, awaits_confirmation, course, read_gate, rebase_target
+from learner.lineage import BASE, Course, GateView, course, read_gate
 from learner.loop import Learner
 from learner.store import AdapterStore
 from tests.learner.conftest import produce, rewarded, tiny_settings
 from tests.learner.test_loop import learner_env, start_learner
 
 PARENTS = {"v1": None, "v2": "v1", "v3": "v2", "v4": "v3", "v5": "v4"}
+
+
+def rebase_target(
+    head: str, parent_of: Callable[[str], str | None], view: GateView, keep_short: int = 0
+) -> str | None:
+    return course(head, parent_of, view, keep_short).target
 
 
 def target(head: str, champion: str | None, decided: set[str]) -> str | None:
@@ -62,7 +69,7 @@ def test_rejections_that_fell_short_stay_on_the_line_up_to_the_limit():
     )
     # the first candidate against the base model
     assert rebase_target("v2", PARENTS.get, view(None, {"v1"}, {"v1"}), keep_short=1) is None
-    assert not awaits_confirmation("v3", PARENTS.get, v2_short, keep_short=0)  # a rejection: at once
+    assert not course("v3", PARENTS.get, v2_short, keep_short=0).awaits_confirmation  # a rejection: at once
 
 
 def test_a_champion_off_the_line_is_joined():
@@ -82,13 +89,13 @@ def test_a_promotion_half_written_awaits_confirmation_a_rejection_does_not():
 
     half_written = view("v1", {"v1", "v3"}, {"v1", "v3"})  # v3 promoted, the alias still on v1
     assert rebase_target("v4", PARENTS.get, half_written) == "v1"
-    assert awaits_confirmation("v4", PARENTS.get, half_written)
-    assert awaits_confirmation("v3", PARENTS.get, half_written)  # the head itself promoted
-    assert awaits_confirmation("v2", PARENTS.get, view(None, {"v1"}, {"v1"}))  # the first promotion
-    assert not awaits_confirmation("v4", PARENTS.get, view("v1", {"v1", "v3"}, {"v1"}))  # v3 rejected
-    assert not awaits_confirmation("v4", PARENTS.get, view("v3", {"v3"}, {"v3"}))  # the line goes on
+    assert course("v4", PARENTS.get, half_written).awaits_confirmation
+    assert course("v3", PARENTS.get, half_written).awaits_confirmation  # the head itself promoted
+    assert course("v2", PARENTS.get, view(None, {"v1"}, {"v1"})).awaits_confirmation  # the first promotion
+    assert not course("v4", PARENTS.get, view("v1", {"v1", "v3"}, {"v1"})).awaits_confirmation  # v3 rejected
+    assert not course("v4", PARENTS.get, view("v3", {"v3"}, {"v3"})).awaits_confirmation  # the line goes on
     off_line = {"v1": None, "v2": None, "v3": "v1"}  # champion v2 of another line, v1 promoted earlier
-    assert not awaits_confirmation("v3", off_line.get, view("v2", {"v1", "v2"}, {"v1", "v2"}))
+    assert not course("v3", off_line.get, view("v2", {"v1", "v2"}, {"v1", "v2"})).awaits_confirmation
     assert rebase_target("v3", off_line.get, view("v2", {"v1", "v2"}, {"v1", "v2"})) == "v2"
 
 
