@@ -1,6 +1,7 @@
 """The bench's bare consume→produce loop, in its own process: ``python -m ops.bench._bare_loop
 BOOTSTRAP SOURCE TARGET N``. Prints ``ready`` once it owns every partition of SOURCE, then copies N
-records to TARGET (same key, same partition) and exits.
+records to TARGET (same key, same partition), prints ``cpu SECONDS`` (its CPU time from ``ready`` to
+the last acknowledgement) and exits.
 
 It is pipelined as the rewards worker is: sends are not awaited batch by batch; every
 ``rewards_commit_interval_s`` (the worker's setting) it waits for the acknowledgements of what it
@@ -36,7 +37,7 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
     await consumer.start()
     await producer.start()
     try:
-        done, ready, pending = 0, False, []
+        done, ready, pending, cpu_at_ready = 0, False, [], 0.0
         interval_s = StreamSettings().rewards_commit_interval_s
         last_commit = time.monotonic()
         while done < n:
@@ -45,7 +46,7 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
                 not ready
                 and len(consumer.assignment()) == len(consumer.partitions_for_topic(source) or ()) > 0
             ):
-                ready = True
+                ready, cpu_at_ready = True, time.process_time()
                 print("ready", flush=True)
             for tp, records in batch.items():
                 for record in records:
@@ -58,6 +59,7 @@ async def copy(bootstrap: str, source: str, target: str, n: int) -> None:
                 pending = []
                 await consumer.commit()
                 last_commit = time.monotonic()
+        print(f"cpu {time.process_time() - cpu_at_ready:.6f}", flush=True)
     finally:
         await consumer.stop()
         await producer.stop()

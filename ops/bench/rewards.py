@@ -15,7 +15,10 @@ rate includes start-up or group formation); then the same N values are
 produced to its input as fast as the client can, and the rate is N over the
 span from the moment that began to the last output record's timestamp. The
 headline ``ratio`` compares like with like: one worker process against one bare
-loop process, the best of each over the same rounds. Target: ratio >= 0.5. Also reported: ``scaling``, the same for
+loop process, the best of each over the same rounds. Target: ratio >= 0.5. ``cpu_ratio`` is the
+same comparison in CPU time per record (the bare loop's over the worker's, the least of each):
+steadier than the rates, which move with the broker and the feeding client on the same cores.
+Also reported: ``scaling``, the same for
 ``--workers`` workers sharing the partitions as a deployment does (one per core
 by default), the worker's CPU time per session, and the CPU cost of
 the worker's three fixed steps (contract parse, scoring, serialisation)
@@ -82,6 +85,14 @@ def span_s(fed_at: float, last_ms: int) -> float:
     """From the first input produced to the last output: every record's whole trip, the first
     batch's processing included (output timestamps are the producing clients' clocks, this host's)."""
     return max(1e-3, last_ms / 1000 - fed_at)
+
+
+def bare_cpu_s(output: bytes) -> float:
+    """The bare loop's CPU seconds from its last ``cpu SECONDS`` line (after ``ready``)."""
+    lines = [line.split() for line in output.splitlines() if line.startswith(b"cpu ")]
+    if not lines or len(lines[-1]) != 2:
+        raise RuntimeError(f"the bare loop reported no CPU time: {output[-300:]!r}")
+    return float(lines[-1][1])
 
 
 def wait_ready(proc: subprocess.Popen, timeout_s: float) -> None:
@@ -181,9 +192,9 @@ def create_topics(bootstrap: str, names: tuple[str, ...]) -> None:
 
 def one_round(
     records: list[tuple[bytes, bytes]], timeout_s: float, n_workers: int
-) -> tuple[float, float, float]:
-    """(sessions/s through the workers, raw records/s, worker CPU µs per session) on a fresh
-    private broker."""
+) -> tuple[float, float, float, float]:
+    """(sessions/s through the workers, raw records/s, worker CPU µs per session, bare loop CPU µs
+    per record) on a fresh private broker."""
     n = len(records)
     state = Path(tempfile.mkdtemp(prefix="ratchet-bench-rewards-"))
     stack = Stack(StackSettings(state_dir=state / "stack", broker_port=free_port()), progress=lambda m: None)
@@ -203,10 +214,14 @@ def one_round(
             raw_per_s = n / span_s(fed_at, last_output_ms(bootstrap, SCRATCH, n, timeout_s))
             if bare.wait(timeout_s) != 0:
                 raise RuntimeError(f"the bare loop exited with {bare.returncode}")
+            raw_cpu_us = bare_cpu_s(bare.stdout.read()) * 1e6 / n
         finally:
             bare.kill()
             bare.wait()
-        print(f"  bare aiokafka consume -> produce: {raw_per_s:,.0f} records/s", flush=True)
+        print(
+            f"  bare aiokafka consume -> produce: {raw_per_s:,.0f} records/s, {raw_cpu_us:.0f} CPU µs each",
+            flush=True,
+        )
         started = [run_worker(bootstrap, state, f"worker-{i}") for i in range(n_workers)]
         workers = [w for w, _ in started]
         wait_group(workers, [log for _, log in started], timeout_s)
@@ -219,7 +234,7 @@ def one_round(
             f"  rewards workers ({n_workers}): {sessions_per_s:,.0f} sessions/s, {cpu_us:.0f} CPU µs each",
             flush=True,
         )
-        return sessions_per_s, raw_per_s, cpu_us
+        return sessions_per_s, raw_per_s, cpu_us, raw_cpu_us
     finally:
         for worker in workers:
             worker.terminate()
@@ -278,28 +293,32 @@ def main(argv: list[str]) -> int:
     print(f"serialising {args.sessions} sessions ...", flush=True)
     records = bench_sessions(args.sessions)
     counts = sorted({args.workers, 1}, reverse=True)
-    rounds: dict[int, list[tuple[float, float, float]]] = {w: [] for w in counts}
+    rounds: dict[int, list[tuple[float, float, float, float]]] = {w: [] for w in counts}
     for r in range(args.rounds):
         for w in counts:
             print(f"round {r + 1}/{args.rounds}, {w} worker(s), each on a fresh private broker:", flush=True)
             rounds[w].append(one_round(records, args.timeout, w))
 
-    def summary(runs: list[tuple[float, float, float]]) -> dict:
+    def summary(runs: list[tuple[float, float, float, float]]) -> dict:
         # the best of the workers' rounds against the best of the bare loop's in the same rounds:
         # as many tries on each side (the bare loop's rate alone varies by a third between rounds)
         best, raw = max(x[0] for x in runs), max(x[1] for x in runs)
+        cpu, raw_cpu = min(x[2] for x in runs), min(x[3] for x in runs)
         return {
             "sessions_per_s": round(best, 1),
             "raw_per_s": round(raw, 1),
             "ratio": round(best / raw, 3),
-            "worker_cpu_us_per_session": round(min(x[2] for x in runs), 1),
+            "worker_cpu_us_per_session": round(cpu, 1),
+            "raw_cpu_us_per_record": round(raw_cpu, 1),
+            "cpu_ratio": round(raw_cpu / cpu, 3),
             "rounds": [
                 {
                     "sessions_per_s": round(a, 1),
                     "raw_per_s": round(b, 1),
                     "worker_cpu_us_per_session": round(c, 1),
+                    "raw_cpu_us_per_record": round(d, 1),
                 }
-                for a, b, c in runs
+                for a, b, c, d in runs
             ],
         }
 
@@ -313,6 +332,10 @@ def main(argv: list[str]) -> int:
         "ratio": single["ratio"],
         "target_ratio": TARGET_RATIO,
         "worker_cpu_us_per_session": single["worker_cpu_us_per_session"],
+        # the same comparison in CPU time per record, the least of each over the rounds: steadier
+        # than the rates, which move with the broker and the feeding client on the same cores
+        "raw_cpu_us_per_record": single["raw_cpu_us_per_record"],
+        "cpu_ratio": single["cpu_ratio"],
         "rounds": single["rounds"],
         "scaling": {
             "workers": args.workers,
