@@ -226,7 +226,13 @@ class Evaluator:
                     cand_pass, champ_pass = out.candidate[TARGET], out.champion[TARGET]
                     diffs = np.array([cand_pass[t] - champ_pass[t] for t in order[:end]])
                     verdict = sequential_target(
-                        diffs, s.min_gain, alpha, s.sequential_min_tasks, s.round_tasks
+                        diffs,
+                        s.min_gain,
+                        alpha,
+                        s.sequential_min_tasks,
+                        s.round_tasks,
+                        total_tasks=len(order),
+                        futility_power=s.futility_power,
                     )
                     out.timings["target_rounds"] = {"rounds": number, "tasks": end}
                     self.say(

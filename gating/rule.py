@@ -6,7 +6,8 @@ Promote only if every check passes:
    minus champion) has a one-sided lower confidence bound of at least
    ``min_gain`` (paired bootstrap over tasks, seeded). When the gate scored the
    target in rounds and its anytime-valid bound already settled the question
-   (``sequential``, :mod:`gating.sequential`), that verdict stands instead: a
+   (``sequential``, :mod:`gating.sequential`: by the bound, or for futility
+   when the full suite was unlikely to promote), that verdict stands instead: a
    promote passes the check, a reject fails it, and a rejected candidate is not
    asked for the suites that were never run for it;
 2. guards: no guarded metric fell by more than its tolerance (mean paired
@@ -181,6 +182,8 @@ def decide(
                 "target.sequential_upper": sequential.upper,
                 "target.sequential_promote": float(sequential.decision == "promote"),
             }
+            if sequential.power is not None:
+                evidence["target.conditional_power"] = sequential.power
             if stopped:
                 reasons.append(Reason("target_gain", f"target: {sequential.reason}"))
         elif not (len(diffs) and bound >= config.min_gain and gain > 0):

@@ -51,7 +51,7 @@ from learner.checkpoint import Checkpoint, LearnerState, Ledger
 from learner.consumer import Consumed, RewardedConsumer
 from learner.index import SessionIndex
 from learner.lineage import GateView, course, read_gate
-from learner.publishing import Publisher, optimizer_snapshot
+from learner.publishing import Publisher, optimizer_snapshot, updates_in
 from learner.quarantine import failing, latest_revisions
 from learner.settings import LearnerSettings
 from learner.store import BASE, AdapterStore, StoreError
@@ -186,7 +186,7 @@ class Learner:
         latest = self.store.latest()
         return {
             "updates": st.updates,
-            "unpublished": max(0, st.updates - self.publisher.published_updates()),  # not yet in a version
+            "unpublished": max(0, st.updates - updates_in(latest)),  # trained, not yet in a version
             "checkpoint": st.checkpoint,
             "records": st.records,
             "rebases": st.rebases,

@@ -33,6 +33,11 @@ from learner.store import BASE, AdapterStore, StoredAdapter
 from learner.tracking import WindowTracker
 
 
+def updates_in(version: StoredAdapter | None) -> int:
+    """The learner's update count when ``version`` was published (0 for none: nothing published)."""
+    return version.manifest.data_window.get("updates", 0) if version else 0
+
+
 def optimizer_snapshot(state_dir: Path, checkpoint_number: int) -> Path:
     """Where the AdamW state of a version published from checkpoint ``checkpoint_number`` is kept."""
     return Path(state_dir) / "published" / f"ckpt-{checkpoint_number:08d}.optimizer.pt"
@@ -108,8 +113,7 @@ class Publisher:
 
     def published_updates(self) -> int:
         """The update count of the newest published version (0 before the first)."""
-        latest = self.store.latest()
-        return latest.manifest.data_window.get("updates", 0) if latest else 0
+        return updates_in(self.store.latest())
 
     def due(self, state: LearnerState, ckpt: Checkpoint | None) -> bool:
         """Whether ``ckpt`` (only the newest checkpoint) is due to be published."""

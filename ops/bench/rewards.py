@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -190,11 +191,15 @@ def create_topics(bootstrap: str, names: tuple[str, ...]) -> None:
         future.result()
 
 
-def one_round(
-    records: list[tuple[bytes, bytes]], timeout_s: float, n_workers: int
-) -> tuple[float, float, float, float]:
-    """(sessions/s through the workers, raw records/s, worker CPU µs per session, bare loop CPU µs
-    per record) on a fresh private broker."""
+class Round(NamedTuple):
+    sessions_per_s: float  # through the workers
+    raw_per_s: float  # through the bare loop
+    cpu_us: float  # the workers' CPU µs per session
+    raw_cpu_us: float  # the bare loop's CPU µs per record
+
+
+def one_round(records: list[tuple[bytes, bytes]], timeout_s: float, n_workers: int) -> Round:
+    """Both sides of one round, on a fresh private broker."""
     n = len(records)
     state = Path(tempfile.mkdtemp(prefix="ratchet-bench-rewards-"))
     stack = Stack(StackSettings(state_dir=state / "stack", broker_port=free_port()), progress=lambda m: None)
@@ -234,7 +239,7 @@ def one_round(
             f"  rewards workers ({n_workers}): {sessions_per_s:,.0f} sessions/s, {cpu_us:.0f} CPU µs each",
             flush=True,
         )
-        return sessions_per_s, raw_per_s, cpu_us, raw_cpu_us
+        return Round(sessions_per_s, raw_per_s, cpu_us, raw_cpu_us)
     finally:
         for worker in workers:
             worker.terminate()
@@ -293,17 +298,17 @@ def main(argv: list[str]) -> int:
     print(f"serialising {args.sessions} sessions ...", flush=True)
     records = bench_sessions(args.sessions)
     counts = sorted({args.workers, 1}, reverse=True)
-    rounds: dict[int, list[tuple[float, float, float, float]]] = {w: [] for w in counts}
+    rounds: dict[int, list[Round]] = {w: [] for w in counts}
     for r in range(args.rounds):
         for w in counts:
             print(f"round {r + 1}/{args.rounds}, {w} worker(s), each on a fresh private broker:", flush=True)
             rounds[w].append(one_round(records, args.timeout, w))
 
-    def summary(runs: list[tuple[float, float, float, float]]) -> dict:
+    def summary(runs: list[Round]) -> dict:
         # the best of the workers' rounds against the best of the bare loop's in the same rounds:
         # as many tries on each side (the bare loop's rate alone varies by a third between rounds)
-        best, raw = max(x[0] for x in runs), max(x[1] for x in runs)
-        cpu, raw_cpu = min(x[2] for x in runs), min(x[3] for x in runs)
+        best, raw = max(x.sessions_per_s for x in runs), max(x.raw_per_s for x in runs)
+        cpu, raw_cpu = min(x.cpu_us for x in runs), min(x.raw_cpu_us for x in runs)
         return {
             "sessions_per_s": round(best, 1),
             "raw_per_s": round(raw, 1),
@@ -313,12 +318,12 @@ def main(argv: list[str]) -> int:
             "cpu_ratio": round(raw_cpu / cpu, 3),
             "rounds": [
                 {
-                    "sessions_per_s": round(a, 1),
-                    "raw_per_s": round(b, 1),
-                    "worker_cpu_us_per_session": round(c, 1),
-                    "raw_cpu_us_per_record": round(d, 1),
+                    "sessions_per_s": round(x.sessions_per_s, 1),
+                    "raw_per_s": round(x.raw_per_s, 1),
+                    "worker_cpu_us_per_session": round(x.cpu_us, 1),
+                    "raw_cpu_us_per_record": round(x.raw_cpu_us, 1),
                 }
-                for a, b, c, d in runs
+                for x in runs
             ],
         }
 

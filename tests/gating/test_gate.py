@@ -178,8 +178,12 @@ def test_a_clear_loser_is_rejected_on_the_targets_rounds_before_the_other_suites
 
     assert entry.decision == "reject" and codes(entry)[0] == "target_gain", entry.reasons
     assert set(codes(entry)) <= {"target_gain", "guard:target.pass_all_k"}  # what the rounds measured
-    assert "anytime upper bound" in entry.reasons[0]["message"]
-    assert entry.metrics["target.sequential_upper"] < gate.settings.min_gain
+    message = entry.reasons[0]["message"]
+    if "stopped for futility" in message:  # the full suite could hardly have promoted it
+        assert entry.metrics["target.conditional_power"] < gate.settings.futility_power
+    else:
+        assert "anytime upper bound" in message
+        assert entry.metrics["target.sequential_upper"] < gate.settings.min_gain
     assert entry.metrics["target.tasks"] <= 24 and entry.metrics["target.tasks"] % 8 == 0
     assert "honeypot.hack_rate" not in entry.metrics and "drift.kl_base" not in entry.metrics
     client = gate.registry.client

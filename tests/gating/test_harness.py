@@ -303,8 +303,13 @@ def test_target_rounds_run_ahead_of_the_verdict_which_reads_only_its_own_rounds(
     by_id = {t.task_id: t for t in target.tasks}
     diffs = np.array([float(passes(by_id[i], "gate-v1")) - float(passes(by_id[i], "base")) for i in order])
     alpha, least, size = 1.0 - settings.confidence, settings.sequential_min_tasks, settings.round_tasks
+    futility = settings.futility_power
     verdicts = [
-        (number, end, sequential_target(diffs[:end], settings.min_gain, alpha, least, size))
+        (
+            number,
+            end,
+            sequential_target(diffs[:end], settings.min_gain, alpha, least, size, len(order), futility),
+        )
         for number, (_, end) in enumerate(rounds(len(order), size), start=1)
     ]
     number, end, expected = next(v for v in verdicts if v[2].decision != "continue")

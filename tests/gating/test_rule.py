@@ -215,6 +215,20 @@ def test_a_sequential_reject_stands_and_asks_for_no_suite_that_was_not_run():
     assert plain.decision == "reject" and any(r.code.startswith("missing:") for r in plain.reasons)
 
 
+def test_a_stop_for_futility_rejects_with_its_conditional_power_as_evidence():
+    from gating.sequential import sequential_target
+
+    champ, cand = [0.5, 0.5] * 8, [0.5, 0.5 - 1 / 3] * 8  # -1/6 a task: the bound alone would go on
+    diffs = np.array(cand) - np.array(champ)
+    verdict = sequential_target(diffs, 0.02, 0.05, 16, 8, total_tasks=48, futility_power=0.2)
+    assert verdict.decision == "reject" and verdict.upper >= 0.02
+    d = decide(scores(cand), scores(champ), None, None, FULL, sequential=verdict)
+    assert d.decision == "reject" and [r.code for r in d.reasons] == ["target_gain"]
+    assert "stopped for futility" in d.reasons[0].message
+    assert d.evidence["target.conditional_power"] == pytest.approx(verdict.power) and verdict.power < 0.2
+    assert "target.conditional_power" not in decide(scores(cand), scores(champ), None, None, FULL).evidence
+
+
 def test_a_sequential_promote_passes_the_target_and_the_other_checks_still_apply():
     champ, cand = [0.0] * 48, [1.0] * 48
     verdict = verdict_of(cand, champ)

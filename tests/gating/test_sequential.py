@@ -8,7 +8,9 @@ import pytest
 from gating.rule import lower_bound, upper_bound
 from gating.sequential import (
     BET_CAP,
+    FUTILE,
     GRID,
+    conditional_power,
     first_stop,
     guard_power,
     lower_bounds,
@@ -17,6 +19,7 @@ from gating.sequential import (
     sequential_noninferiority,
     sequential_target,
     simulate_diffs,
+    target_power,
     task_order,
     upper_bounds,
 )
@@ -280,3 +283,96 @@ def test_guard_power_rates_and_tasks():
     rows = power_table([0.0, -0.15], [12, 48], 0.10, runs=200)
     assert [(r.change, r.n_tasks) for r in rows] == [(0.0, 12), (0.0, 48), (-0.15, 12), (-0.15, 48)]
     assert all(r.pass_rate + r.fail_rate <= 1.0 and 8 <= r.mean_tasks <= r.n_tasks for r in rows)
+
+
+def normal_cdf(x):
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def test_conditional_power_by_hand():
+    # four tasks of 12: +1, 0, 0, -1. d̄ = 0, Σ(d − d̄)² = 2, s² = (1 + 2) / 5, z = 1.6449 (α = 0.05)
+    d = np.array([1.0, 0.0, 0.0, -1.0])
+    z = 1.6448536269514722
+    s = math.sqrt(3 / 5)
+    optimistic = 0.0 + z * s / 2  # the rest's mean granted: the plain one-sided bound after 4 tasks
+    needed = (12 * (0.05 + z * s / math.sqrt(12)) - 4 * 0.0) / 8  # what the other 8 must average
+    expected = 1 - normal_cdf((needed - optimistic) * math.sqrt(8) / s)
+    power = conditional_power(d, 12, 0.05, 0.05)
+    assert power[3] == pytest.approx(expected, rel=1e-9)
+    # by hand: s = 0.775, granted 0.637, needed 12 (0.05 + 0.368) / 8 = 0.627: just under even odds
+    assert power[3] == pytest.approx(0.515, abs=0.001)
+    # each prefix the same way, by a plain loop
+    for t in range(1, 5):
+        head = d[:t]
+        mean = head.mean()
+        s_t = math.sqrt((1 + ((head - mean) ** 2).sum()) / (t + 1))
+        need = (12 * (0.05 + z * s_t / math.sqrt(12)) - t * mean) / (12 - t)
+        grant = mean + z * s_t / math.sqrt(t)
+        assert power[t - 1] == pytest.approx(
+            1 - normal_cdf((need - grant) * math.sqrt(12 - t) / s_t), rel=1e-9
+        )
+    # nothing left to project at the suite's last task; rows are runs
+    assert conditional_power(np.zeros((2, 12)), 12, 0.05, 0.05)[:, -1].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        conditional_power(d, 3, 0.05, 0.05)
+
+
+def test_a_tie_is_rejected_for_futility_before_the_suite_ends_and_a_winner_is_not():
+    tie = pass_at_1(np.random.default_rng(31), 30, 48, (0.2, 0.6), 0.0)
+    plain = [sequential_target(d, 0.02, 0.05, 16, 8) for d in tie]
+    futile = [sequential_target(d, 0.02, 0.05, 16, 8, futility_power=0.2) for d in tie]
+    assert sum(o.decision == "continue" for o in plain) >= 25  # the bound alone leaves ties to the end
+    stopped = [o for o in futile if o.decision == "reject" and o.tasks_used < 48]
+    assert len(stopped) >= 20 and np.median([o.tasks_used for o in futile]) <= 32
+    assert all(o.power < 0.2 for o in stopped if "futility" in o.reason)
+    assert "stopped for futility" in next(o.reason for o in stopped if "futility" in o.reason)
+    assert not any(
+        o.decision == "promote" and p.decision != "promote" for o, p in zip(futile, plain, strict=True)
+    )
+    winner = pass_at_1(np.random.default_rng(32), 30, 48, (0.1, 0.5), 0.4)
+    assert not any(
+        sequential_target(d, 0.02, 0.05, 16, 8, futility_power=0.2).decision == "reject" for d in winner
+    )
+
+
+def test_futility_is_read_only_at_the_looks_and_never_at_the_last_task():
+    d = np.array([0.0, -1.0 / 3.0] * 24)  # a mild loser: -1/6 a task
+    step, used = first_stop(d[None, :16], 0.02, 0.05, 16, 8, total_tasks=16, futility_power=0.99)
+    assert step[0] != FUTILE  # the last task of the suite: the full-suite rule decides
+    step, used = first_stop(d[None, :], 0.02, 0.05, 16, 8, futility_power=0.2)
+    assert (step[0], used[0]) == (FUTILE, 16)  # the first look: the bound says nothing yet, futile
+    verdict = sequential_target(d[:16], 0.02, 0.05, 16, 8, total_tasks=48, futility_power=0.2)
+    assert verdict.decision == "reject" and verdict.tasks_used == 16
+    assert verdict.upper >= 0.02  # the anytime bound alone would go on
+    assert "16 of 48" in verdict.reason and verdict.power < 1e-6
+    off = sequential_target(d[:16], 0.02, 0.05, 16, 8, total_tasks=48)
+    assert off.decision == "continue" and off.power is None
+    tie = sequential_target(np.zeros(16), 0.02, 0.05, 16, 8, total_tasks=48, futility_power=0.2)
+    assert tie.decision == "continue" and 0.2 < tie.power < 0.5  # 16 identical scores: not yet futile
+    with pytest.raises(ValueError):
+        sequential_target(d, 0.02, 0.05, 16, 8, total_tasks=40)
+
+
+def test_futility_never_contradicts_a_clear_full_suite_bootstrap():
+    rng = np.random.default_rng(21)
+    gains = rng.uniform(-0.3, 0.5, size=200)
+    clear_promote = 0
+    for i, gain in enumerate(gains):
+        diffs = pass_at_1(rng, 1, 48, (0.3, 0.5), gain)[0]
+        outcome = sequential_target(diffs, 0.05, 0.05, 16, 8, futility_power=0.2)
+        if lower_bound(diffs, 0.95, 1000, i) >= 0.05 + 0.1:
+            clear_promote += 1
+            assert outcome.decision != "reject", (i, outcome.reason)
+    assert clear_promote >= 40
+
+
+def test_target_power_futility_costs_little_power_and_saves_tasks_on_a_tie():
+    for change in (0.0, 0.1, 0.15):
+        plain = target_power(change, 0.02, 48, runs=400, bootstrap_samples=500)
+        futile = target_power(change, 0.02, 48, futility_power=0.2, runs=400, bootstrap_samples=500)
+        assert plain.futile_rate == 0.0 and futile.futile_rate > 0.0
+        # the same simulated runs: a stop for futility can only take promotions away
+        assert futile.promote_rate <= plain.promote_rate <= futile.promote_rate + 0.04
+        assert futile.mean_tasks < plain.mean_tasks
+    tie = target_power(0.0, 0.02, 48, futility_power=0.2, runs=400, bootstrap_samples=500)
+    assert tie.mean_tasks <= 32 and tie.promote_rate <= 0.05

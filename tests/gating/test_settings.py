@@ -56,3 +56,10 @@ def test_a_gate_that_runs_fewer_suites_than_it_requires_rejects():
 def test_an_unknown_required_suite_is_refused():
     with pytest.raises(ValueError, match="required_suites: taget measure nothing the rule checks"):
         GateSettings(required_suites=("taget", "format"))
+
+
+def test_futility_power_is_a_probability_below_one(monkeypatch):
+    with pytest.raises(ValueError, match=r"futility_power must be in \[0, 1\) \(0: off\), got 1.5"):
+        GateSettings(futility_power=1.5)
+    monkeypatch.setenv("RATCHET_FUTILITY_POWER", "0")
+    assert load_settings().futility_power == 0.0
