@@ -80,6 +80,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from gating.rule import lower_bound
+
 BET_CAP = 0.75  # c: the largest share of capital staked, as c / m (the paper suggests 1/2 or 3/4)
 GRID = np.arange(1, 1000) / 1000  # the means m the bound is read on: it is rounded down to them
 _CHUNK = 4_000_000  # grid cells (runs x tasks x means) computed at once
@@ -345,8 +347,6 @@ def target_power(
 ) -> TargetPower:
     """How often the target is promoted, by the sequential bound or by the full-suite bootstrap when
     the rounds leave it undecided, and how many tasks it scores, by simulation."""
-    from gating.rule import lower_bound
-
     rng = np.random.default_rng(seed)
     diffs_R_T = simulate_diffs(rng, runs, n_tasks, change, samples, pass_range)
     step_R, used_R = first_stop(diffs_R_T, min_gain, alpha, min_tasks, round_size, n_tasks, futility_power)
