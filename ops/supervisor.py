@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -83,21 +84,47 @@ class Component:
 
 _HANDED_OUT: set[int] = set()
 _HANDING_OUT = threading.Lock()
+_FIRST_PRIVATE_PORT = 20000  # above the ports services commonly listen on by default
+_PORT_DRAW = random.Random()  # seeded from the OS: two processes draw different sequences
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel draws outgoing connections' local ports from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on now and that this process has not handed out before (for
     private stacks, benchmarks and tests). A port handed out stays free until its server binds it,
-    which for vLLM takes a minute: two private stacks of one process must not get the same one."""
+    which for vLLM takes a minute: two private stacks of one process must not get the same one.
+
+    The port is drawn below the kernel's ephemeral range: a port from that range (what binding
+    to port 0 returns) can be taken, in the minutes before its server starts, by any outgoing
+    connection of the stack's own processes."""
+    low, _ = _ephemeral_ports()
+    candidates = range(_FIRST_PRIVATE_PORT, low) if low - _FIRST_PRIVATE_PORT >= 1000 else None
     with _HANDING_OUT:
         for _ in range(1000):
-            with socket.socket() as sock:
-                sock.bind((host, 0))
-                port = sock.getsockname()[1]
-            if port not in _HANDED_OUT:
+            wanted = 0 if candidates is None else _PORT_DRAW.choice(candidates)
+            port = _bindable(host, wanted)
+            if port and port not in _HANDED_OUT:
                 _HANDED_OUT.add(port)
                 return port
     raise OSError(f"no free port on {host} that this process has not handed out already")
+
+
+def _bindable(host: str, port: int) -> int:
+    """The port bound (0 lets the kernel choose), or 0 if it is taken."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return 0
+        return sock.getsockname()[1]
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

@@ -1,7 +1,9 @@
 """The process supervisor with small real processes: start, health, stop, and what it never kills."""
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ops.supervisor import Component, StackError, Supervisor, free_port, http_ok, start_ticks
+from ops import supervisor as supervisor_module
+from ops.supervisor import (
+    Component,
+    StackError,
+    Supervisor,
+    _ephemeral_ports,
+    free_port,
+    http_ok,
+    start_ticks,
+)
 
 
 def web_server(name: str = "web") -> Component:
@@ -179,3 +190,34 @@ def test_a_component_started_nice_runs_nicer_than_the_stack_and_so_do_its_childr
     if autogroup.exists():  # the kernel schedules sessions as groups: the session's group is niced
         assert autogroup.read_text().split()[-1] == "7"
     assert supervisor.stop("niced")
+
+
+def test_free_ports_lie_below_the_ephemeral_range_outgoing_connections_draw_from():
+    # a stack's ports are chosen minutes before its servers bind them; one from the ephemeral
+    # range was once taken in between by an outgoing connection of the stack's own processes.
+    low, _ = _ephemeral_ports()
+    ports = [free_port() for _ in range(200)]
+    assert all(1024 <= port < low for port in ports), [p for p in ports if p >= low]
+
+
+def test_a_port_something_listens_on_is_never_handed_out(monkeypatch):
+    # narrow the draw to 1000 ports and listen on every other one: a draw without the bind
+    # check would hand out a taken port within a few tries.
+    low, _ = _ephemeral_ports()
+    monkeypatch.setattr(supervisor_module, "_FIRST_PRIVATE_PORT", low - 1000)
+    listening = []
+    try:
+        for port in range(low - 1000, low, 2):
+            sock = socket.socket()
+            listening.append(sock)
+            with contextlib.suppress(OSError):  # already taken by something else: fine too
+                sock.bind(("127.0.0.1", port))
+                sock.listen()
+        ports = [free_port() for _ in range(100)]
+        assert all(low - 1000 <= port < low for port in ports)
+        for port in ports:  # each was free when handed out, and nothing else listens on it
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+    finally:
+        for sock in listening:
+            sock.close()
