@@ -2,15 +2,17 @@
 
 Tasks run concurrently (``concurrency`` requests in flight; ``samples`` completions
 per request through ``n``). Tasks that share a prompt prefix (system message and
-one-shot example) are started one per prefix first, so vLLM's prefix cache holds
-the prefix before the rest arrive: with a LoRA adapter, prefill is the costly
-part on a CPU. A prefix the harness has sent before (to the same model name:
-each loading of an adapter gets a new one) goes out with the rest, since a wave
-waits for its slowest request and the gate's target rounds would pay that wait
-in every round. A request that runs past its suite's ``time_limit_s`` is
-retried, and one that keeps timing out stops the run, like vLLM being
-unreachable or refusing a request: a timeout says vLLM is overloaded, not that
-the policy failed, so it is never scored or cached as the policy's failure.
+one-shot example) are preceded by one prefill-only request (one token) per
+prefix, so vLLM's prefix cache holds the prefix before the rest arrive: with a
+LoRA adapter, prefill is the costly part on a CPU. The tasks all go out after
+it: waiting instead for one whole task per prefix (every token it samples) held
+each new adapter's first round back by that task's generation. A prefix the
+harness has sent before (to the same model name: each loading of an adapter gets
+a new one) is not warmed again. A request that runs past its suite's
+``time_limit_s`` is retried, and one that keeps timing out stops the run, like
+vLLM being unreachable or refusing a request: a timeout says vLLM is overloaded,
+not that the policy failed, so it is never scored or cached as the policy's
+failure.
 
 Results are cached per task under ``<results_dir>/<role>/<policy key>/``, and
 a run resumes from them. The role (candidate or champion) is part of the key
@@ -211,32 +213,44 @@ class Harness:
             round(time.monotonic() - start, 3),
         )
 
-    def _map(self, label: str, fn: Callable[[Any], Any], items: list[Any], prefix_of: Callable[[Any], str]):
-        """``(item, fn(item))`` for every item, as they finish; one item per prompt prefix not sent
-        before goes first.
+    def _prefill(self, model: str, task: Task, time_limit_s: float) -> None:
+        """One token for ``task``'s prompt: vLLM computes the prompt, and its prefix cache keeps the
+        blocks (the system message and worked example the task shares with others)."""
+        body = {"model": model, "messages": task.messages, "n": 1, "max_tokens": 1, "temperature": 0.0}
+        with contextlib.suppress(httpx.TimeoutException):  # only a warm-up: the tasks still run
+            self._post("/v1/chat/completions", body, timeout_s=time_limit_s)
 
-        The first wave fills vLLM's prefix cache (one request per new prefix), so
-        the rest of the items find their system message and example cached.
+    def _map(
+        self,
+        label: str,
+        fn: Callable[[Any], Any],
+        items: list[Any],
+        prefix_of: Callable[[Any], str],
+        prefill: Callable[[Any], None],
+    ):
+        """``(item, fn(item))`` for every item, as they finish; for each prompt prefix not sent
+        before, ``prefill`` (a one-token request) of one of its items goes first.
+
+        The prefills fill vLLM's prefix cache, so the items find their system message and example
+        cached; each takes a prompt's computation, not a whole task's generation.
         """
         firsts: dict[str, Any] = {}
         for item in items:
             digest = hashlib.sha256(prefix_of(item).encode()).hexdigest()
             if digest not in self._warm:
                 firsts.setdefault(digest, item)
-        first_ids = {id(x) for x in firsts.values()}
-        waves = [list(firsts.values()), [x for x in items if id(x) not in first_ids]]
         bar = tqdm(total=len(items), desc=label, file=sys.stderr, disable=not self.progress, leave=False)
         pool = ThreadPoolExecutor(self.concurrency)
         try:
-            for wave in filter(None, waves):
-                futures = {pool.submit(fn, item): item for item in wave}  # started in the items' order
-                for future in as_completed(futures):
-                    bar.update(1)
-                    yield futures[future], future.result()
-                if wave is waves[0]:  # the new prefixes are in vLLM's cache now
-                    if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
-                        self._warm.clear()
-                    self._warm.update(firsts)
+            for future in [pool.submit(prefill, item) for item in firsts.values()]:
+                future.result()
+            if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
+                self._warm.clear()
+            self._warm.update(firsts)
+            futures = {pool.submit(fn, item): item for item in items}  # started in the items' order
+            for future in as_completed(futures):
+                bar.update(1)
+                yield futures[future], future.result()
         finally:  # also when the caller stops early: what has not started never will
             pool.shutdown(wait=True, cancel_futures=True)
             bar.close()
@@ -308,8 +322,12 @@ class Harness:
         def prefix(item: tuple[int, Task]) -> str:
             return jobs[item[0]][0].model + json.dumps(item[1].messages[:-1])
 
+        def prefill(item: tuple[int, Task]) -> None:
+            policy, suite = jobs[item[0]]
+            self._prefill(policy.model, item[1], suite.config.time_limit_s)
+
         label = ", ".join(f"{suite.name} {policy.label}" for policy, suite in jobs)
-        with contextlib.closing(self._map(label, run_one, items, prefix)) as finished:
+        with contextlib.closing(self._map(label, run_one, items, prefix, prefill)) as finished:
             for (index, _), result in finished:
                 policy, suite = jobs[index]
                 _append_jsonl(self.results_path(policy, suite), result.to_json())
@@ -334,6 +352,7 @@ class Harness:
                 lambda t: self._sample(candidate, suite, t),
                 missing,
                 lambda t: candidate.model + _prompt_prefix(t),
+                lambda t: self._prefill(candidate.model, t, suite.config.time_limit_s),
             ):
                 samples[sample.task_id] = sample
             self._save_drift(path, samples)

@@ -74,12 +74,19 @@ def timeout(request: httpx.Request):
     raise httpx.ReadTimeout("timed out", request=request)
 
 
+def prefill(request: httpx.Request) -> bool:
+    """Whether ``request`` only warms vLLM's prefix cache (one token) rather than runs a task."""
+    return json.loads(request.content)["max_tokens"] == 1
+
+
 def test_retry_logic_a_request_that_times_out_twice_is_retried_and_scored(tmp_path):
     suite = load_suite("format").limited(1)
     (task,) = suite.tasks
     sent: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if prefill(request):
+            return format_answer(task, request)
         sent.append(request)
         return timeout(request) if len(sent) <= 2 else format_answer(task, request)
 
@@ -99,7 +106,7 @@ def test_retry_logic_a_request_that_always_times_out_stops_the_run_and_is_not_ca
     def handler(request: httpx.Request) -> httpx.Response:
         if json.loads(request.content)["messages"] == stuck.messages:
             sent.append(request)
-            return timeout(request)
+            return timeout(request)  # its prefill too: a warm-up that times out is skipped
         return format_answer(answered, request)
 
     harness = mock_harness(tmp_path, handler)
@@ -110,7 +117,7 @@ def test_retry_logic_a_request_that_always_times_out_stops_the_run_and_is_not_ca
     message = str(caught.value)
     assert f"task {stuck.task_id} ran past its {suite.config.time_limit_s:g}s time limit 3 times" in message
     assert "RATCHET_CONCURRENCY" in message and "time_limit_s" in message
-    assert len(sent) == 3  # sent, then retried twice
+    assert [prefill(r) for r in sent] == [True, False, False, False]  # sent, then retried twice
     assert [r["task_id"] for r in read_jsonl(harness.results_path(policy, suite))] == [answered.task_id]
 
 
@@ -142,48 +149,65 @@ def test_results_read_back_from_disk_are_marked_so_timings_count_only_requests_m
     assert all("cached" not in r for r in read_jsonl(harness.results_path(policy, suite)))
 
 
-def test_a_new_prompt_prefix_goes_first_and_one_sent_before_goes_out_with_the_rest(tmp_path):
-    """The first run sends one request per new prefix and waits for them before the rest (vLLM's
-    prefix cache fills); a later run of the same model on prefixes sent already sends every task at
-    once (a barrier holds them until all are in flight); a newly loaded adapter warms up again."""
+def test_a_new_prompt_prefix_is_prefilled_first_and_one_sent_before_is_not(tmp_path):
+    """The first run sends one one-token request per new prefix and waits for them (vLLM's prefix
+    cache fills), then every task at once (a barrier holds the first ones until all are in flight);
+    a later run of the same model on prefixes sent already sends only the tasks; a newly loaded
+    adapter warms up again. The prefills are no task's result."""
     suite = load_suite("target")
     prefix = {t.task_id: json.dumps(t.messages[:-1]) for t in suite.tasks}
-    events: list[tuple[str, str]] = []
+    events: list[tuple[str, str, bool]] = []  # (start or end, prefix, prefill-only)
     held: list[int] = []  # how many of the first requests wait for each other at a barrier
     barrier: list[threading.Barrier] = []
+    lock = threading.Lock()
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         task = next(i for i, p in prefix.items() if json.dumps(body["messages"][:-1]) == p)
-        events.append(("start", prefix[task]))
-        if sum(kind == "start" for kind, _ in events) <= held[0]:
+        prefill = body["max_tokens"] == 1
+        with lock:
+            events.append(("start", prefix[task], prefill))
+            wait = sum(kind == "start" for kind, _, _ in events) <= held[0]
+        if wait:
             barrier[0].wait()
-        events.append(("end", prefix[task]))
-        choices = [{"index": i, "message": {"content": "x"}} for i in range(body["n"])]
+        with lock:
+            events.append(("end", prefix[task], prefill))
+        content = "x" if prefill else "not a tool call"
+        choices = [{"index": i, "message": {"content": content}} for i in range(body["n"])]
         return httpx.Response(200, json={"choices": choices, "usage": {"completion_tokens": 1}})
 
-    def run(policy: Policy, tasks: list, together: int) -> None:
+    def run(policy: Policy, tasks: list, together: int) -> list[TaskResult]:
         events.clear()
         held[:] = [together]
         barrier[:] = [threading.Barrier(together, timeout=10)]  # breaks unless that many are in flight
-        harness.run(policy, dataclasses.replace(suite, tasks=tasks))
+        return harness.run(policy, dataclasses.replace(suite, tasks=tasks))
 
-    def first_wave(n: int) -> bool:
-        """The first n requests had n prefixes and ended before any other started."""
-        starts = [i for i, (kind, _) in enumerate(events) if kind == "start"]
-        ended = sum(kind == "end" for kind, _ in events[: starts[n]])
-        return len({p for kind, p in events[: starts[n]] if kind == "start"}) == n and ended == n
+    def starts(prefill: bool) -> list[int]:
+        return [i for i, (kind, _, p) in enumerate(events) if kind == "start" and p == prefill]
+
+    def prefilled_first(tasks: list) -> bool:
+        """One prefill per prefix of ``tasks``, each ended before any task started, then every task."""
+        first_task = starts(False)[0]
+        prefills = [events[i][1] for i in starts(True)]
+        ended = [i for i, (kind, _, p) in enumerate(events) if kind == "end" and p]
+        return (
+            sorted(prefills) == sorted({prefix[t.task_id] for t in tasks})
+            and max(ended) < first_task
+            and len(starts(False)) == len(tasks)
+        )
 
     harness = mock_harness(tmp_path, handler)
     new = len({prefix[t.task_id] for t in suite.tasks[:16]})
     assert 1 < new < 12
     v1, v2 = (Policy(v, f"gate-{v}-a", "sha256:" + v[1] * 64) for v in ("v1", "v2"))
-    run(v1, suite.tasks[:16], together=new)
-    assert first_wave(new)
-    run(v1, suite.tasks[16:28], together=12)  # the same prefixes: all at once
-    assert len(events) == 24
+    results = run(v1, suite.tasks[:16], together=new)
+    assert prefilled_first(suite.tasks[:16])
+    assert [r.task_id for r in results] == [t.task_id for t in suite.tasks[:16]]
+    assert all(text == "not a tool call" for r in results for text in r.texts)  # no prefill among them
+    run(v1, suite.tasks[16:28], together=12)  # the same prefixes: only the tasks, all at once
+    assert starts(True) == [] and len(starts(False)) == 12
     run(v2, suite.tasks[:16], together=new)  # another model name: new prefixes
-    assert first_wave(new)
+    assert prefilled_first(suite.tasks[:16])
 
 
 def test_the_decision_metrics_say_where_the_comparisons_time_went():
@@ -284,9 +308,9 @@ def test_target_rounds_run_ahead_of_the_verdict_which_reads_only_its_own_rounds(
             return httpx.Response(200, json={})  # adapters loaded and unloaded
         body = json.loads(request.content)
         task = by_messages[json.dumps(body["messages"])]
-        if position[task.task_id] >= settings.round_tasks:
+        if position[task.task_id] >= settings.round_tasks and not prefill(request):
             later_round_asked.set()
-        if position[task.task_id] == 0:
+        if position[task.task_id] == 0 and not prefill(request):
             held.append(later_round_asked.wait(timeout=10))
         expression = task.expected["reference"] if passes(task, body["model"]) else "0"
         text = tool_call("calculator", expression=expression)

@@ -59,7 +59,8 @@ class MockVLLM:
         self.good = good
         self.loaded: dict[str, str] = {}  # name -> lora_path
         self.most_loaded = 0
-        self.chats = 0
+        self.chats = 0  # tasks asked
+        self.prefills = 0  # one-token requests that warm the prefix cache
         self.answers = {}
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
@@ -71,7 +72,10 @@ class MockVLLM:
         if request.url.path == "/v1/unload_lora_adapter":
             del self.loaded[body["lora_name"]]
             return httpx.Response(200, text="ok")
-        self.chats += 1
+        if body["max_tokens"] == 1:
+            self.prefills += 1
+        else:
+            self.chats += 1
         right = Path(self.loaded[body["model"]]) == self.good
         text = tool_call(
             "calculator", expression=self.answers[json.dumps(body["messages"])] if right else "1+1"
