@@ -213,36 +213,37 @@ class Harness:
             round(time.monotonic() - start, 3),
         )
 
-    def _prefill(self, model: str, task: Task, time_limit_s: float) -> None:
+    def _prefill(self, model: str, suite: Suite, task: Task) -> None:
         """One token for ``task``'s prompt: vLLM computes the prompt, and its prefix cache keeps the
         blocks (the system message and worked example the task shares with others)."""
         body = {"model": model, "messages": task.messages, "n": 1, "max_tokens": 1, "temperature": 0.0}
         with contextlib.suppress(httpx.TimeoutException):  # only a warm-up: the tasks still run
-            self._post("/v1/chat/completions", body, timeout_s=time_limit_s)
+            self._post("/v1/chat/completions", body, timeout_s=suite.config.time_limit_s)
 
     def _map(
         self,
         label: str,
         fn: Callable[[Any], Any],
         items: list[Any],
-        prefix_of: Callable[[Any], str],
-        prefill: Callable[[Any], None],
+        prompt_of: Callable[[Any], tuple[str, Suite, Task]],
     ):
-        """``(item, fn(item))`` for every item, as they finish; for each prompt prefix not sent
-        before, ``prefill`` (a one-token request) of one of its items goes first.
+        """``(item, fn(item))`` for every item, as they finish; ``prompt_of(item)`` is the (model,
+        suite, task) it prompts. For each prompt prefix not sent to that model before, a one-token
+        prefill of one of its items goes first.
 
         The prefills fill vLLM's prefix cache, so the items find their system message and example
         cached; each takes a prompt's computation, not a whole task's generation.
         """
-        firsts: dict[str, Any] = {}
+        firsts: dict[str, tuple[str, Suite, Task]] = {}
         for item in items:
-            digest = hashlib.sha256(prefix_of(item).encode()).hexdigest()
+            model, suite, task = prompt_of(item)
+            digest = hashlib.sha256((model + _prompt_prefix(task)).encode()).hexdigest()
             if digest not in self._warm:
-                firsts.setdefault(digest, item)
+                firsts.setdefault(digest, (model, suite, task))
         bar = tqdm(total=len(items), desc=label, file=sys.stderr, disable=not self.progress, leave=False)
         pool = ThreadPoolExecutor(self.concurrency)
         try:
-            for future in [pool.submit(prefill, item) for item in firsts.values()]:
+            for future in [pool.submit(self._prefill, *prompt) for prompt in firsts.values()]:
                 future.result()
             if len(self._warm) + len(firsts) > MAX_WARM:  # adapters come and go: forget old ones
                 self._warm.clear()
@@ -319,15 +320,12 @@ class Harness:
             policy, suite = jobs[item[0]]
             return self._run_task(policy, suite, item[1])
 
-        def prefix(item: tuple[int, Task]) -> str:
-            return jobs[item[0]][0].model + json.dumps(item[1].messages[:-1])
-
-        def prefill(item: tuple[int, Task]) -> None:
+        def prompt(item: tuple[int, Task]) -> tuple[str, Suite, Task]:
             policy, suite = jobs[item[0]]
-            self._prefill(policy.model, item[1], suite.config.time_limit_s)
+            return policy.model, suite, item[1]
 
         label = ", ".join(f"{suite.name} {policy.label}" for policy, suite in jobs)
-        with contextlib.closing(self._map(label, run_one, items, prefix, prefill)) as finished:
+        with contextlib.closing(self._map(label, run_one, items, prompt)) as finished:
             for (index, _), result in finished:
                 policy, suite = jobs[index]
                 _append_jsonl(self.results_path(policy, suite), result.to_json())
@@ -351,8 +349,7 @@ class Harness:
                 label,
                 lambda t: self._sample(candidate, suite, t),
                 missing,
-                lambda t: candidate.model + _prompt_prefix(t),
-                lambda t: self._prefill(candidate.model, t, suite.config.time_limit_s),
+                lambda t: (candidate.model, suite, t),
             ):
                 samples[sample.task_id] = sample
             self._save_drift(path, samples)

@@ -164,15 +164,15 @@ def test_a_new_prompt_prefix_is_prefilled_first_and_one_sent_before_is_not(tmp_p
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         task = next(i for i, p in prefix.items() if json.dumps(body["messages"][:-1]) == p)
-        prefill = body["max_tokens"] == 1
+        warm_up = prefill(request)
         with lock:
-            events.append(("start", prefix[task], prefill))
+            events.append(("start", prefix[task], warm_up))
             wait = sum(kind == "start" for kind, _, _ in events) <= held[0]
         if wait:
             barrier[0].wait()
         with lock:
-            events.append(("end", prefix[task], prefill))
-        content = "x" if prefill else "not a tool call"
+            events.append(("end", prefix[task], warm_up))
+        content = "x" if warm_up else "not a tool call"
         choices = [{"index": i, "message": {"content": content}} for i in range(body["n"])]
         return httpx.Response(200, json={"choices": choices, "usage": {"completion_tokens": 1}})
 
@@ -182,8 +182,8 @@ def test_a_new_prompt_prefix_is_prefilled_first_and_one_sent_before_is_not(tmp_p
         barrier[:] = [threading.Barrier(together, timeout=10)]  # breaks unless that many are in flight
         return harness.run(policy, dataclasses.replace(suite, tasks=tasks))
 
-    def starts(prefill: bool) -> list[int]:
-        return [i for i, (kind, _, p) in enumerate(events) if kind == "start" and p == prefill]
+    def starts(warm_up: bool) -> list[int]:
+        return [i for i, (kind, _, p) in enumerate(events) if kind == "start" and p == warm_up]
 
     def prefilled_first(tasks: list) -> bool:
         """One prefill per prefix of ``tasks``, each ended before any task started, then every task."""
