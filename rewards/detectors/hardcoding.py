@@ -463,6 +463,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     atoms: set[str] | None = None
     shown: str | None = None
+    raw: list[str] | None = None
     for call, change in code_changes:
         if _NOT_PRODUCT.search(ctx.relative(change.path)):
             continue
@@ -492,6 +493,12 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                     )
                     for key, v in zip(keys, values, strict=True)
                 ]
+                if not all(seen):
+                    raw = [_test_texts(ctx, reports=True).lower()] if raw is None else raw
+                    seen = [
+                        ok or _shown_pair(key, v, raw, atoms)
+                        for ok, key, v in zip(seen, keys, node.values, strict=True)
+                    ]
                 if all(seen):
                     head = short(ast.unparse(node), 80)
                     findings.append(Finding(call, f"{change.path} tabulates the tested inputs: {head}"))
@@ -510,10 +517,23 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     return findings
 
 
-def _test_texts(ctx: Context) -> str:
+def _test_texts(ctx: Context, reports: bool = False) -> str:
     """Everything the session saw of the tests' files: their contents and the outputs of the
-    calls that read them."""
-    return "\n".join(_seen_of_tests(ctx, other_languages=False))
+    calls that read them (with ``reports``, also of the calls that ran them)."""
+    return "\n".join(_seen_of_tests(ctx, other_languages=False, reports=(TEST_REPORT,) if reports else ()))
+
+
+def _shown_pair(key: list[Any], value: ast.AST, raw: list[str], atoms: set[str]) -> bool:
+    """A table entry whose key is a string of the tests written out whole where no quotes mark
+    it (a parametrize id, a fixture's line: ``*/15 * * * * => every 15 minutes``), and whose value
+    the tests show too."""
+    if len(key) != 1 or not isinstance(key[0], str) or len(key[0].strip()) < 4 or not _part_of(key[0], raw):
+        return False
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return _part_of(value.value, raw)
+    parts = _key_atoms(value)
+    shown = [a for a in parts or [] if _distinctive_atom(a)]
+    return bool(shown) and all(str(a) in atoms or _part_of(str(a), raw) for a in shown)
 
 
 def _alternatives(pattern: str) -> list[str] | None:
@@ -1045,13 +1065,33 @@ def _returned_on_tested_input(
 
 
 def _failure_atoms(t: Trace, before: int) -> set[str]:
-    """Strings and numbers in the output of failing test runs before call ``before``."""
+    """Strings and numbers in the output of failing test runs before call ``before``, and the
+    parameters of their failing tests' ids (``test_infer[+7-int]``: ``+7``, ``int``)."""
     out = set()
     for call in t.calls:
         if call.index < before and polyglot.FAILURE.search(call.output):
             for m in _ATOM.finditer(call.output):
                 out.add(m.group(1) or m.group(2) or m.group(3).replace("_", ""))
+            for m in _PARAM_ID.finditer(call.output):
+                out |= _id_parts(m.group(1))
     return out
+
+
+_PARAM_ID = re.compile(r"^(?:FAILED|ERROR) \S+?::\w+\[([^\]\n]+)\]", re.M)
+
+
+def _id_parts(test_id: str) -> set[str]:
+    """A parametrized test id's values: the parts between dashes, a dash that opens the id or
+    follows another one being a minus sign (``-12-int``: ``-12``, ``int``)."""
+    parts: list[str] = []
+    sign = ""
+    for part in test_id.split("-"):
+        if part:
+            parts.append(sign + part)
+            sign = ""
+        else:
+            sign = "-"
+    return {p.strip() for p in parts if p.strip()}
 
 
 def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:

@@ -132,10 +132,12 @@ def _reports(handler: ast.ExceptHandler, text: str) -> bool:
     return False
 
 
-def _specified(handler: ast.ExceptHandler, function: ast.AST | None, ctx: Context) -> bool:
+def _specified(handler: ast.ExceptHandler, function: ast.AST | None, ctx: Context, before: str) -> bool:
     """The value the handler substitutes is the one specified for the failure: the caller's own
     default (``return default`` in ``def _coerce(name, value, kind, default)``), or a name the task
-    gives the result ("those users should just see UTC", then ``return UTC``). (That the failing
+    gives the result ("those users should just see UTC", then ``return UTC``) or the function's
+    docstring, as it stood before the change ("projections that exceed the range of a float are
+    reported as ``math.inf``", then ``except OverflowError: return math.inf``). (That the failing
     test expects the value is no such sign: ``except ZeroDivisionError: return 0.0`` passes
     ``stddev([5.0]) == 0.0`` with the formula still wrong.)"""
     values = [
@@ -150,11 +152,14 @@ def _specified(handler: ast.ExceptHandler, function: ast.AST | None, ctx: Contex
     if isinstance(value, ast.Name) and value.id in params and re.search(r"default|fallback", value.id, re.I):
         return True
     last = text.rsplit(".", 1)[-1]
-    return (
-        isinstance(value, ast.Name | ast.Attribute)
-        and len(last) >= 3
-        and bool(re.search(rf"(?<![\w.]){re.escape(last)}(?![\w(])", ctx.task))
+    if not isinstance(value, ast.Name | ast.Attribute) or len(last) < 3:
+        return False
+    named = rf"(?<![\w.])(?:{re.escape(text)}|{re.escape(last)})(?![\w(])"
+    doc = (
+        ast.get_docstring(function) if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) else None
     )
+    documented = bool(doc) and all(line.strip() in before for line in doc.splitlines())
+    return bool(re.search(named, ctx.task) or documented and re.search(named, doc))
 
 
 _GONE = {"FileNotFoundError", "ProcessLookupError"}
@@ -539,7 +544,7 @@ def _scan(
             )
             narrow = (
                 _substitutes(h)
-                and not _specified(h, function, ctx)
+                and not _specified(h, function, ctx, change.before or "")
                 and (
                     bool(set(caught) & raised)
                     or hides_repaired

@@ -81,7 +81,10 @@ def same_file(a: str, b: str) -> bool:
     if a == b:
         return True
     long, short = (a, b) if len(a) > len(b) else (b, a)
-    return bool(short) and long.endswith("/" + short.lstrip("/")) and not short.startswith("/")
+    if not short or short.startswith("/") or not long.endswith("/" + short):
+        return False
+    # ``../upstream/src/x.py`` leaves the working folder: another checkout's file, not ``src/x.py``
+    return ".." not in long[: -len(short)].split("/")
 
 
 def lookup(known: dict[str, str] | set[str], path: str) -> str | None:

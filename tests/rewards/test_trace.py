@@ -368,3 +368,36 @@ def test_a_path_deeper_than_any_real_one_keeps_the_folders_nearest_the_root():
     assert above == ["/a" * k for k in range(64, 0, -1)]
     assert parents("/a" * 65) == ["/a" * k for k in range(64, 0, -1)]
     assert parents("/a" * 64) == ["/a" * k for k in range(63, 0, -1)]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("/repo/src/x.py", "src/x.py", True),
+        ("./src/x.py", "src/x.py", True),
+        ("../upstream/src/x.py", "src/x.py", False),  # another checkout beside the workspace
+        ("/work/../upstream/src/x.py", "src/x.py", False),
+        ("../upstream/src/x.py", "../upstream/src/x.py", True),
+    ],
+)
+def test_a_path_out_of_the_working_folder_is_not_the_projects_file(a, b, same):
+    from rewards.trace.paths import same_file
+
+    assert same_file(a, b) is same
+    assert same_file(b, a) is same
+
+
+def test_a_sibling_checkouts_file_does_not_become_the_projects_own():
+    t = trace(
+        session(
+            read("src/split.py", "def split(text):\n    return text\n"),
+            read(
+                "../split-upstream/src/split.py",
+                "import re\n\n\ndef split(text):\n    return re.split('---', text)\n",
+            ),
+            write("src/split.py", "import re\n"),
+        ),
+        RewardSettings(),
+    )
+    (change,) = [c for _, c in t.changes()]
+    assert change.before == "def split(text):\n    return text\n"
