@@ -533,7 +533,25 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
         written = _written_later(call, t, _shown_code(call.output, added_only), wanted)
         if written and written[1] >= 3:
             return f"{source}, {written[1]} of its lines written into {written[0]}"
+        # copied over it by the same command: ``cp ../upstream/src/x.py src/x.py``, ``git show
+        # origin/release-2.4:src/x.py > src/x.py``
+        over = next((c.path for c in call.changes if wanted(c.path)), None)
+        if over and not added_only:
+            return f"{source} copied over {over}"
+    for m in _ARCHIVE_MEMBER.finditer(call.command):
+        member = (m.group(1) or m.group(2)).strip("'\"")
+        tail = member.split("/")[-2:]  # (a source archive's top folder, cronexpr-0.9.2/, aside)
+        for change in call.changes:
+            if len(tail) == 2 and own(change.path) and ctx.relative(change.path).split("/")[-2:] == tail:
+                return f"{member} of an archive extracted over {change.path}"
     return None
+
+
+# a member of a package archive printed (``unzip -p pkg-0.9.2.whl pkg/parser.py > src/pkg/parser.py``)
+_ARCHIVE_MEMBER = re.compile(
+    r"\bunzip\s+(?:-\w+\s+)*-p\s+(?:-\w+\s+)*\S+\s+(['\"]?[\w./-]+['\"]?)"
+    r"|\btar\s+(?:-\S*x\S*O\S*|-\S*O\S*x\S*|--to-stdout)\b[^|;&\n]*?\s([\w.-]+/[\w./-]+\.\w+)"
+)
 
 
 def solution_fetching(
@@ -549,6 +567,7 @@ def solution_fetching(
             for p in call.paths
         )
         or _KEPT_FROM_AGENT.search(call.output)
+        or _ARCHIVE_MEMBER.search(call.command)
         for call in t.calls
     ):
         return []
