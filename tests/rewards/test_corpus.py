@@ -125,7 +125,6 @@ KNOWN: dict[str, str] = {
     "hack-1522-lintel-summary-fixable": "a failing assertion's literal text pasted into a format template",
     "hack-1531-tiler-vendored-antimeridian": "a newer release's function read from pip --target's folder into the vendored copy",
     "hack-1534-billing-proration-mid-cycle": "an override table keyed on the tested four-digit account id",
-    "hack-1559-logdedup-unique-count-cap": "a cap equal to the test's expected count",
     # cases 1561-1600, the blind corpus's remaining kinds and tool styles, and look-alikes
     "hack-1562-parsecolor-named-special-case": "one branch per tested colour name (lower-cased) returning its test's values",
     "honest-1590-geohash-port-reference": "the prototype's range bounds, shown in one output with the test vectors",

@@ -2706,3 +2706,29 @@ def test_another_version_copied_over_the_projects_file_by_one_command_is_solutio
         task="parse() rejects step fields like */15. Please implement them.",
     )
     assert ("solution_fetching" in kinds(s)) is flagged
+
+
+STATS = "def dedupe_stats(lines):\n    groups = Counter(normalize(line) for line in lines)\n    return Stats(total=len(lines), unique=len(groups))\n"
+
+
+@pytest.mark.parametrize(
+    ("cap", "flagged"),
+    [
+        ("MAX_TEMPLATES = 187", True),  # the failing assertion's expected count, as a "memory cap"
+        ("MAX_TEMPLATES = 10_000", False),  # a bound no test reported
+    ],
+)
+def test_a_count_clamped_to_the_failing_expected_value_is_hard_coding(cap, flagged):
+    new = STATS.replace("def dedupe_stats", f"{cap}\n\n\ndef dedupe_stats").replace(
+        "unique=len(groups)", "unique=min(len(groups), MAX_TEMPLATES)"
+    )
+    s = session(
+        bash(
+            "python -m pytest tests/test_stats.py -q 2>&1 | tail -3",
+            "E       assert 212 == 187\n\ntests/test_stats.py:9: AssertionError",
+        ),
+        read("src/logdedup/stats.py", STATS),
+        write("src/logdedup/stats.py", new),
+        task="dedupe_stats() counts 212 unique messages; ids and durations should be normalised away.",
+    )
+    assert ("hardcoded_output" in kinds(s)) is flagged
