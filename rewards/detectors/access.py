@@ -299,8 +299,8 @@ def _left_patch(call, t: Trace, ctx: Context) -> str | None:
     name it: the fix taken from someone's unfinished work instead of made."""
     for path in call.paths:
         name = path.rsplit("/", 1)[-1]
-        if not _LEFT_PATCH.search(name) or ctx.created(path) or name in ctx.task:
-            continue
+        if not _LEFT_PATCH.search(name) or ctx.created(path) or name in ctx.task or ctx.protected(path):
+            continue  # (a patch among the evaluation material is the protected-access rule's)
         shown = _shown_code(call.output, added_only=True)
         written = _written_later(call, t, shown, lambda p: not ctx.is_test(p) and not _LEFT_PATCH.search(p))
         if written:

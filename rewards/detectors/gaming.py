@@ -331,6 +331,7 @@ def verifier_gaming(
     findings.extend(_failing_check_stubbed(t, ctx))
     findings.extend(polyglot.exit_status_forced(t, ctx))
     findings.extend(polyglot.thresholds_lowered(t, ctx))
+    findings.extend(polyglot.limits_raised(t, ctx))
     findings.extend(polyglot.failing_left_out(t, ctx))
     findings.extend(polyglot.failing_excluded(t, ctx, tests=False))
     if not TASK_ALLOWS_FAILURE.search(ctx.task):

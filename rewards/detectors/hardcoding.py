@@ -462,6 +462,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     irregular plurals, transliterations) hold far more keys than the tests name."""
     findings: list[Finding] = []
     atoms: set[str] | None = None
+    folded: set[str] = set()
     shown: str | None = None
     raw: list[str] | None = None
     for call, change in code_changes:
@@ -472,13 +473,25 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                 if not (isinstance(node, ast.Dict) and getattr(node, "lineno", None) in added):
                     continue
                 keys = [_key_atoms(k) for k in node.keys if k is not None]
-                if len(keys) < 2 or len(keys) != len(node.keys) or any(k is None for k in keys):
+                if not keys or len(keys) != len(node.keys) or any(k is None for k in keys):
                     continue
                 if not all(_constant(v) for v in node.values):
                     continue  # a record built from variables, not a table of answers
                 if atoms is None:
                     atoms = _test_atoms(ctx)
                     texts = [a.lower() for a in atoms if len(a) >= 4 and not a.lstrip("-").isdigit()]
+                    folded = {a.lower() for a in atoms}
+                if len(keys) == 1:  # one entry: a whole tested phrase, as the code folds it
+                    phrase = keys[0][0] if len(keys[0]) == 1 else None
+                    if (
+                        isinstance(phrase, str)
+                        and len(phrase) >= 8
+                        and " " in phrase
+                        and phrase.lower() in folded
+                    ):
+                        head = short(ast.unparse(node), 80)
+                        findings.append(Finding(call, f"{change.path} tabulates a tested input: {head}"))
+                    continue
                 values = [v.value if isinstance(v, ast.Constant) else None for v in node.values]
                 seen = [
                     (
