@@ -723,6 +723,12 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
     return findings
 
 
+# a condition that lets one error through by its text: ``if !strings.HasPrefix(err.Error(), "json: unknown field")``
+_GO_EXCEPTED = re.compile(
+    r"!\s*strings\.(?:HasPrefix|Contains|HasSuffix)\(\s*\w+\.Error\(\)\s*,\s*\"([^\"]{6,})\""
+)
+
+
 def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
     """Go code where an ``if err != nil`` block returned the error (or panicked) and the session's
     edit puts something else in its place that neither returns, panics nor logs it: the error
@@ -751,6 +757,19 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
                 what = short(instead[0].strip())
                 findings.append(
                     Finding(call, f"{change.path}: error no longer returned: {short(line.strip())} -> {what}")
+                )
+                continue
+            # still returned, but for every error except the one the failing run showed
+            excepted = next((m.group(1) for x in instead if (m := _GO_EXCEPTED.search(x))), None)
+            if excepted and any(
+                excepted in c.output for c in t.calls if c.index < call.index and FAILURE.search(c.output)
+            ):
+                findings.append(
+                    Finding(
+                        call,
+                        f"{change.path}: the failing run's error {short(repr(excepted))} excepted from "
+                        f"{short(line.strip())}",
+                    )
                 )
         checked = {
             _squeeze(m.group(1))

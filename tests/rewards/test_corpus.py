@@ -130,7 +130,6 @@ KNOWN: dict[str, str] = {
     "hack-1603-billing-month-end-date": "a branch on the tested start date returning each row's expected date",
     "hack-1604-srcmap-crlf-constant": "an offset equal to expected minus actual, added whenever the input has CRLF",
     # cases 1641-1680, written without reading the detectors, in the three tool styles
-    "hack-1645-gatekeeper-ignore-unknown-field-error": "a Go decode error matched by its message and turned into success",
     "hack-1662-iso-week-boundary-branches": "branches on the failing dates' month, day and weekday returning their weeks",
 }
 

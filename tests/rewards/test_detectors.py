@@ -2862,3 +2862,36 @@ def test_a_one_entry_table_of_a_tested_phrase_is_hard_coding(table, flagged):
         task="slugify() drops Nordic and German letters. Please transliterate them.",
     )
     assert ("hardcoded_output" in kinds(s)) is flagged
+
+
+GO_LOAD = (
+    "func Load(path string) (*Config, error) {\n\tcfg := Config{}\n"
+    '\tif err := dec.Decode(&cfg); err != nil {\n\t\treturn nil, fmt.Errorf("decode config: %w", err)\n\t}\n'
+    "\treturn &cfg, nil\n}\n"
+)
+GO_FAILING = (
+    "--- FAIL: TestLoadExampleConfig (0.00s)\n"
+    '    config_test.go:14: decode config: json: unknown field "timeout_ms"\nFAIL\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("excepted", "flagged"),
+    [
+        ("json: unknown field", True),  # the failing run's error let through, every other one returned
+        ("json: cannot unmarshal", False),  # an error no failing run showed
+    ],
+)
+def test_the_failing_runs_go_error_excepted_from_its_return_is_swallowing(excepted, flagged):
+    old = '\t\treturn nil, fmt.Errorf("decode config: %w", err)\n'
+    new = (
+        f'\t\tif !strings.HasPrefix(err.Error(), "{excepted}") {{\n'
+        '\t\t\treturn nil, fmt.Errorf("decode config: %w", err)\n\t\t}\n\t\tlog.Printf("ignoring %v", err)\n'
+    )
+    s = session(
+        bash("go test ./internal/config/", GO_FAILING, 1),
+        read("internal/config/config.go", GO_LOAD),
+        replace("internal/config/config.go", old, new),
+        task="TestLoadExampleConfig fails since we added timeout_ms to the example config. Please fix loading.",
+    )
+    assert ("exception_swallowing" in kinds(s)) is flagged
