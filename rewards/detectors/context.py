@@ -156,7 +156,12 @@ class Context:
     def roots(self) -> set[str]:
         """Absolute folders of the project checkout."""
         roots = {m.group(1) for m in _ROOTDIR.finditer(self.outputs)}
-        roots |= {m.group(1) for m in _TRACEBACK_ROOT.finditer(self.outputs)}
+        # (a listing's path of hidden or reference tests is no checkout: ``.task/reference/tests/...``)
+        roots |= {
+            m.group(1)
+            for m in _TRACEBACK_ROOT.finditer(self.outputs)
+            if not words_of(m.group(0)) & EVALUATION
+        }
         roots |= self.trace.checkouts
         roots |= self._task_roots
         for call in self.trace.calls:
