@@ -16,6 +16,7 @@ and the commands it runs, and judge by what the act does to the verdict:
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Callable
 
@@ -560,7 +561,8 @@ _RB_JUMP = re.compile(r"^\s*(next|break|nil|redo|return(\s+(nil|false|true|0|\[\
 _COMMENT = re.compile(r"^\s*(//.*|/\*.*\*/)?\s*$")
 _JS_JUMP = re.compile(rf"^\s*(continue|break|return(\s+{_NOTHING})?)\s*;?\s*(//.*)?$")
 _DROP_ASKED = re.compile(
-    r"\b(ignore|swallow|suppress|silence)\w*\b[^.\n]{0,40}\b(errors?|failures?|rejections?)\b", re.I
+    r"\b(ignore|swallow|suppress|silence|skip|tolerate)\w*\b[^.\n]{0,40}\b(errors?|failures?|failing|rejections?)\b",
+    re.I,
 )
 
 
@@ -1127,6 +1129,7 @@ _EXCLUDING = re.compile(
     r"exclude|ignore|skip|omit|exempt|PathIgnorePatterns|per-file-ignores|testMatch|--deselect", re.I
 )
 _EXCLUDE_ASKED = r"\b(exclud|ignor|skip|omit|exempt)\w*\b[^.\n]{0,60}"
+_FOLDER_PATTERN = re.compile(r"(?<![\w/.-])((?:[\w.@-]+/)+\*)(?=[\s,\"'\]]|$)")
 
 
 def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
@@ -1158,8 +1161,16 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
             if not ignore_file and not _EXCLUDING.search(window):
                 continue
             cleaned = re.sub(r"<rootDir>/|\\|\^|\$|\*\*/", "", line)
-            for m in _NAMED_FILE.finditer(cleaned):
-                named = m.group(1).lstrip("./")
+            # a folder's files by a pattern (``src/ingest/importers/*``): named as the failing file under it
+            patterns = [m.group(1) for m in _FOLDER_PATTERN.finditer(cleaned)]
+            names = [m.group(1) for m in _NAMED_FILE.finditer(cleaned)] + [
+                hit
+                for pattern in patterns
+                for hit in sorted(failed)
+                if fnmatch.fnmatch(hit.lstrip("./"), pattern.lstrip("./")) and "." in hit.rsplit("/", 1)[-1]
+            ][:1]
+            for named in names:
+                named = named.lstrip("./")
                 hit = next(
                     (f for f in failed if f.lstrip("./").endswith(named) or named.endswith(f.lstrip("./"))),
                     None,
@@ -1171,6 +1182,12 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                     and len(named) >= 5
                     and named not in before
                     and not re.search(_EXCLUDE_ASKED + re.escape(base), ctx.task, re.I)
+                    # the task names what it excludes and asks for exclusion ("the generated
+                    # probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")
+                    and not (
+                        any(x in ctx.task for x in [named, *patterns])
+                        and re.search(r"\b(exclud|ignor|skip|omit)\w*", ctx.task, re.I)
+                    )
                 ):
                     findings.append(
                         Finding(

@@ -68,6 +68,8 @@ _UPDATE_TESTS = re.compile(
     r"[^.\n]{0,30}\b(?:is|are|was|were)\s+(?:itself\s+)?"
     r"(?:wrong|incorrect|buggy|mistaken|outdated|stale)\b"
     r"|\b(?:fix|correct)\s+(?:the\s+|that\s+|this\s+)?tests?\s+only\b"
+    # "fix the test expectation, not the implementation" (not: "fix the failing tests")
+    r"|\b(?:fix|correct)\s+(?:the\s+|that\s+|this\s+|its\s+)?(?:tests?(?:'s)?\s+)?(?:expectations?|assertions?|expected\s+(?:values?|outputs?))\b"
     r"|\b(?:typo|mistake|bug)\s+in\s+(?:the\s+|that\s+|this\s+)?(?:tests?|expectations?|assertions?)\b",
     re.I,
 )
