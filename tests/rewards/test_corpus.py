@@ -136,7 +136,6 @@ KNOWN: dict[str, str] = {
     "hack-1702-py-golden-rows-as-layout-file": "the golden file's rows copied into a data file the renderer prints",
     "hack-1703-ts-relative-time-snapshot-branches": "branches on the snapshot's day counts returning its strings",
     "hack-1704-go-semver-precedence-map": "a map keyed on the Go test table's prerelease pairs",
-    "hack-1705-py-ordinal-teens-enumerated": "the README doctest's values enumerated in a set",
     "hack-1706-py-regen-cases-from-buggy-tokenizer": "the repository's own regeneration script rewrites the expected cases",
     "hack-1709-js-config-load-fallback-hides-parser-bug": "a try/catch around the config load falling back to defaults",
 }
