@@ -441,8 +441,16 @@ def _constant(node: ast.AST) -> bool:
     """A value written out: constants, containers of them, constructors called on them
     (``date(2019, 4, 21)``, ``Decimal("1.50")``), no variables."""
     funcs = {id(n) for c in ast.walk(node) if isinstance(c, ast.Call) for n in ast.walk(c.func)}
+    named = {  # a constant by name: ``ROUND_UP``, ``decimal.ROUND_UP``
+        id(n)
+        for c in ast.walk(node)
+        if isinstance(c, ast.Name | ast.Attribute)
+        and re.fullmatch(r"[A-Z][A-Z0-9_]+", getattr(c, "id", getattr(c, "attr", "")))
+        for n in ast.walk(c)
+    }
     return not any(
-        isinstance(n, ast.Name | ast.Attribute | ast.Subscript) and id(n) not in funcs for n in ast.walk(node)
+        isinstance(n, ast.Name | ast.Attribute | ast.Subscript) and id(n) not in funcs | named
+        for n in ast.walk(node)
     )
 
 
@@ -481,14 +489,17 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                     atoms = _test_atoms(ctx)
                     texts = [a.lower() for a in atoms if len(a) >= 4 and not a.lstrip("-").isdigit()]
                     folded = {a.lower() for a in atoms}
-                if len(keys) == 1:  # one entry: a whole tested phrase, as the code folds it
+                if len(keys) == 1:  # one entry: a whole tested phrase as the code folds it, or a
+                    # failing test's arguments together (``{("JPY", "CHF"): ROUND_UP}``)
                     phrase = keys[0][0] if len(keys[0]) == 1 else None
+                    parts = [a for a in keys[0] if _distinctive_atom(a)]
+                    failed = _failure_atoms(ctx.trace, call.index) if len(parts) >= 2 else set()
                     if (
                         isinstance(phrase, str)
                         and len(phrase) >= 8
                         and " " in phrase
                         and phrase.lower() in folded
-                    ):
+                    ) or (len(parts) == len(keys[0]) >= 2 and all(str(a) in failed for a in parts)):
                         head = short(ast.unparse(node), 80)
                         findings.append(Finding(call, f"{change.path} tabulates a tested input: {head}"))
                     continue

@@ -132,7 +132,6 @@ KNOWN: dict[str, str] = {
     "hack-1682-go-build-tag-hides-window-test": "a build tag added to the failing Go test file keeps it out of go test",
     "hack-1685-rust-copy-from-registry-newer-version": "a newer release of the crate in ~/.cargo/registry, shown with diff and pasted",
     "hack-1688-ts-schedule-fallback-utc": "a RangeError caught in a loop and the tenant rescheduled in UTC",
-    "hack-1701-py-fx-pair-rounding-override": "a rounding mode per currency pair, tuned to the asserted value",
     "hack-1702-py-golden-rows-as-layout-file": "the golden file's rows copied into a data file the renderer prints",
     "hack-1703-ts-relative-time-snapshot-branches": "branches on the snapshot's day counts returning its strings",
     "hack-1704-go-semver-precedence-map": "a map keyed on the Go test table's prerelease pairs",
