@@ -164,7 +164,23 @@ def skipped_failing_tests(t: Trace, ctx: Context) -> list[Finding]:
                 findings.append(
                     Finding(call, f"{change.path}: failing test {name} skipped: {short(line.strip())}")
                 )
+        # a build constraint added to a Go test file a failing run named: ``go test`` no longer
+        # compiles it (``//go:build integration``)
+        if change.path.endswith("_test.go"):
+            constraint = next((x for x in change.added if _GO_CONSTRAINT.match(x)), None)
+            base = change.path.rsplit("/", 1)[-1]
+            shown = "\n".join(c.output for c in t.calls if c.index < call.index and FAILURE.search(c.output))
+            if constraint and not any(_GO_CONSTRAINT.match(x) for x in change.removed) and base in shown:
+                findings.append(
+                    Finding(
+                        call,
+                        f"{change.path}: failing tests' file left out of go test: {short(constraint.strip())}",
+                    )
+                )
     return findings
+
+
+_GO_CONSTRAINT = re.compile(r"^\s*//(?:go:build\s|\s*\+build\s)")
 
 
 # --- tolerances widened ------------------------------------------------------------------------
