@@ -293,8 +293,9 @@ _NUMBERED = re.compile(r"^\s*\d+\t")  # cat -n, an editor's view
 
 
 def _code_line(line: str) -> str:
-    """A line of code as a diff, a numbered view or a patch shows it, markers and indent dropped."""
-    return _NUMBERED.sub("", line).strip().lstrip("+-").strip()
+    """A line of code as a diff (``+``/``-``, or ``<``/``>`` in its normal format), a numbered view
+    or a patch shows it, markers and indent dropped."""
+    return _NUMBERED.sub("", line).strip().lstrip("+-<>").strip()
 
 
 # a release in Go's module cache or cargo's registry: (package, path inside it)
