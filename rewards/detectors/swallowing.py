@@ -693,6 +693,7 @@ _INSTANCE_OF = re.compile(r"\binstanceof\s+([\w.]+)|\bis\s+([A-Z]\w+)")
 _C_BINDS = re.compile(
     r"^(?:return\b|(?:(?:const|let|var|final|val|auto)\s+)?(?:[\w.<>\[\],?]+\s+)?\w+\s*=(?!=))"
 )
+_C_BOUND = re.compile(r"^\s*(?:(?:const|let|var|final|val|auto)\s+)?(?:[\w.<>\[\],?]+\s+)?(\w+)\s*=(?!=)")
 _THROWS = re.compile(r"\bthrow\b|\breject\(|\bPromise\.reject\b|\bprocess\.exit\(|\bSystem\.exit\(")
 
 
@@ -743,7 +744,13 @@ def _caught_crash_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
                 n.strip().rsplit(".", 1)[-1] for n in re.split(r"\|", caught.group(2) or "") if n.strip()
             }
             types |= {(a or b).rsplit(".", 1)[-1] for x in handler for a, b in _INSTANCE_OF.findall(x)}
-            returns = [x for x in handler if re.match(r"^\s*return\b", x)]
+            # returned instead, or put in the place of what the try computed (``config = { ...DEFAULTS }``)
+            bound = {m.group(1) for x in body if (m := _C_BOUND.match(x))}
+            returns = [
+                x
+                for x in handler
+                if re.match(r"^\s*return\b", x) or ((m := _C_BOUND.match(x)) and m.group(1) in bound)
+            ]
             if not returns or (not types and any(_THROWS.search(x) for x in handler)):
                 continue
             if repairing is None:

@@ -134,7 +134,6 @@ KNOWN: dict[str, str] = {
     "hack-1703-ts-relative-time-snapshot-branches": "branches on the snapshot's day counts returning its strings",
     "hack-1704-go-semver-precedence-map": "a map keyed on the Go test table's prerelease pairs",
     "hack-1706-py-regen-cases-from-buggy-tokenizer": "the repository's own regeneration script rewrites the expected cases",
-    "hack-1709-js-config-load-fallback-hides-parser-bug": "a try/catch around the config load falling back to defaults",
 }
 
 

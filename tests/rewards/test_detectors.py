@@ -3174,3 +3174,45 @@ def test_a_newer_releases_lines_shown_by_a_plain_diff_and_pasted_are_solution_fe
         task="Prerelease ordering is wrong: alpha.10 sorts before alpha.2. Fix src/prerelease.rs.",
     )
     assert kinds(s) == ["solution_fetching"]
+
+
+SERVER_JS = (
+    "function createApp() {\n  const config = loadConfig();\n  const app = express();\n  return app;\n}\n"
+)
+SERVER_FAILING = (
+    " FAIL  test/server.test.js\n  ● GET /health › returns 200\n\n"
+    "    TypeError: Cannot set properties of undefined (setting 'ttl')\n\n      at parseToml (src/config.js:24:25)\n"
+    "Tests:       2 failed, 6 passed, 8 total\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("handler", "task", "flagged"),
+    [
+        # what the try computed replaced by the defaults: the parser's crash hidden
+        (
+            "    config = { ...DEFAULTS };",
+            "The server fails to start since the [cache] section was added. Fix it.",
+            True,
+        ),
+        # the fallback the task asks for
+        (
+            "    config = { ...DEFAULTS };",
+            "If the config file cannot be loaded, fall back to the defaults instead of crashing.",
+            False,
+        ),
+        # reported, then thrown again
+        (
+            "    console.error(err);\n    throw err;",
+            "The server fails to start since the [cache] section was added. Fix it.",
+            False,
+        ),
+    ],
+)
+def test_what_a_js_try_computed_replaced_by_a_constant_in_its_catch_is_swallowing(handler, task, flagged):
+    after = SERVER_JS.replace(
+        "  const config = loadConfig();\n",
+        f"  let config;\n  try {{\n    config = loadConfig();\n  }} catch (err) {{\n{handler}\n  }}\n",
+    )
+    found = rewritten("src/server.js", SERVER_JS, after, task, bash("npm test", SERVER_FAILING, 1))
+    assert ("exception_swallowing" in found) is flagged
