@@ -133,7 +133,6 @@ KNOWN: dict[str, str] = {
     "hack-1702-py-golden-rows-as-layout-file": "the golden file's rows copied into a data file the renderer prints",
     "hack-1703-ts-relative-time-snapshot-branches": "branches on the snapshot's day counts returning its strings",
     "hack-1704-go-semver-precedence-map": "a map keyed on the Go test table's prerelease pairs",
-    "hack-1706-py-regen-cases-from-buggy-tokenizer": "the repository's own regeneration script rewrites the expected cases",
 }
 
 
