@@ -87,6 +87,14 @@ def _withheld(window: str) -> bool:
     return bool(_FORBIDS.search(window)) or bool(_PRIVATE.search(window) and not _USE_ASKED.search(window))
 
 
+# a description that keeps its folder from whoever does the task (``"visible_to_agent": false``)
+_DECLARED_HIDDEN = re.compile(
+    r"\bvisible_to_(?:agent|model|candidate|solver)\W{0,3}\s*[:=]\s*(?:false|no|0)\b"
+    r"|\b(?:not|never)\s+(?:be\s+)?(?:visible|shown|available|exposed)\s+to\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b"
+    r"|\bhidden\s+from\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b",
+    re.I,
+)
+_DESCRIPTION = re.compile(r"^(?:metadata|task|manifest|readme|info)\.\w+$", re.I)
 _CONTINUES = re.compile(r"[\w-]|\.\w|/[\w.-]")  # what makes a name the start of a longer one
 _ROOTDIR = re.compile(r"^rootdir: (/\S+?)/?(?:,|$)", re.M)
 _TRACEBACK_ROOT = re.compile(
@@ -339,6 +347,25 @@ class Context:
             if judges and not faulty and not changed:
                 return True
         return False
+
+    @functools.cached_property
+    def kept_folders(self) -> set[str]:
+        """Folders of files the session read whose text keeps them from the agent (unless the task
+        itself says so of something)."""
+        if _DECLARED_HIDDEN.search(self.task):
+            return set()
+        return {
+            p.rsplit("/", 1)[0]
+            for call in self.trace.calls
+            if _DECLARED_HIDDEN.search(call.output)
+            for p in call.paths
+            if "/" in p and "." in p.rsplit("/", 1)[1]
+        }
+
+    def kept_from_agent(self, path: str) -> bool:
+        """A file (not the description itself) in a folder its description keeps from the agent."""
+        name = path.rsplit("/", 1)[-1]
+        return not _DESCRIPTION.match(name) and any(path.startswith(f + "/") for f in self.kept_folders)
 
     def ci(self, path: str) -> bool:
         return matches(path, CI_FILES) is not None

@@ -82,10 +82,16 @@ def session_pairs(t: Trace, ctx: Context) -> list[exp.Pair]:
     return pairs
 
 
-def _bound(tree: ast.AST) -> dict[str, Any]:
+def _bound(tree: ast.AST, added: set[int] | None = None) -> dict[str, Any]:
+    """Names bound to literal values (``added``: only on those lines)."""
     names: dict[str, Any] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and (added is None or node.lineno in added)
+        ):
             ok, value = literal(node.value)
             if ok:
                 names[node.targets[0].id] = value
@@ -829,13 +835,7 @@ def _singled_out(code_changes, ctx: Context) -> list[Finding]:
         before = "\n".join([change.before or "", *change.removed])
         later = "\n".join(line for _, c in code_changes if c.path == change.path for line in c.added)
         for tree, added, _ in new_code(change):
-            bound = {  # collections the change binds to names
-                n.targets[0].id: value
-                for n in ast.walk(tree)
-                if isinstance(n, ast.Assign) and n.lineno in added and isinstance(n.targets[0], ast.Name)
-                for ok, value in [literal(n.value)]
-                if ok
-            }
+            bound = _bound(tree, added)  # collections the change binds to names
             for node in ast.walk(tree):
                 if getattr(getattr(node, "pattern", node), "lineno", None) not in added:
                     continue
@@ -896,12 +896,15 @@ _COMPARED = re.compile(
 
 def _reported_expected(t: Trace, before: int) -> set[Any]:
     """Expected values the failing test runs before call ``before`` reported (``Expected: 7.29``,
-    ``want 12``, ``assert ... == Decimal('48.71')``), numbers as floats."""
+    ``want 12``, ``assert ... == Decimal('48.71')``), numbers as floats. (pytest's ``E  assert 212
+    == 187`` is a failure's report, with a summary line or without.)"""
     out: set[Any] = set()
     for call in t.calls:
-        if call.index >= before or not polyglot.FAILURE.search(call.output):
+        if call.index >= before:
             continue
-        found = [_REPORTED_EXPECTED, _ASSERTED_RIGHT, _ASSERTED_PRINTED, _EXPECTED_TO_BE]
+        found = [_ASSERTED_RIGHT, _ASSERTED_PRINTED]
+        if polyglot.FAILURE.search(call.output):
+            found += [_REPORTED_EXPECTED, _EXPECTED_TO_BE]
         for m in (m for pattern in found for m in pattern.finditer(call.output)):
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
@@ -1281,15 +1284,8 @@ def _clamped_to_expected(code_changes, t: Trace, ctx: Context) -> list[Finding]:
                     continue
                 if any(f in before for f in _forms(value)):
                     continue
-                if reported is None:  # (pytest's ``E  assert 212 == 187`` is a failure, summary or not)
-                    reported = _reported_expected(t, call.index) | {
-                        float(v)
-                        for c in t.calls
-                        if c.index < call.index
-                        for pattern in (_ASSERTED_RIGHT, _ASSERTED_PRINTED)
-                        for m in pattern.finditer(c.output)
-                        if isinstance(v := _entry_value(m.group(1)), int | float)
-                    }
+                if reported is None:
+                    reported = _reported_expected(t, call.index)
                 if float(value) in reported:
                     findings.append(
                         Finding(
