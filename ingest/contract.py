@@ -25,6 +25,8 @@ from pydantic import (
     Strict,
     StringConstraints,
     ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -360,6 +362,14 @@ class HackFlag(Record):
     judge_verdict: ShortText | None = None
 
 
+def _validated_once(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A :class:`Session` instance passes as it is: it was validated when made and is frozen.
+    (pydantic runs a nested model's after-validators again on an instance, whatever
+    ``revalidate_instances`` says; for the rewards worker that was one more pass over every turn of
+    every session it scores.) Anything else, JSON included, is validated in full."""
+    return value if type(value) is Session else handler(value)
+
+
 class RewardedSession(Record):
     # An excluded session names why (that session_id and tenant are the embedded session's, and
     # that flag spans lie inside their turns, only the consumers check).
@@ -377,7 +387,7 @@ class RewardedSession(Record):
     session_id: Id
     tenant: Id
     revision: NonNegInt = 0  # amendments carry a higher revision
-    session: Session
+    session: Annotated[Session, WrapValidator(_validated_once)]
     reward: Number
     components: dict[ShortText, Number] = Field(default_factory=dict)
     turn_rewards: dict[Id, Number] | None = None

@@ -75,6 +75,22 @@ def test_rewarded_session_embeds_the_ingested_json_verbatim():
     assert json.loads(spliced) == json.loads(rewarded.to_json())
 
 
+def test_a_rewarded_session_embeds_a_session_instance_as_is_and_validates_anything_else():
+    session = example_session()
+    rewarded = RewardedSession(
+        session_id=session.session_id, tenant=session.tenant, session=session, reward=1.0
+    )
+    assert rewarded.session is session  # validated when made, frozen since
+    # the session's own rules still hold where it arrives as JSON or as a plain object
+    whole = json.loads(rewarded.to_json())
+    whole["session"]["turns"][1]["turn_id"] = whole["session"]["turns"][0]["turn_id"]
+    assert "is duplicated" in reject(RewardedSession, whole)
+    with pytest.raises(ValueError, match="is duplicated"):
+        RewardedSession(
+            session_id=session.session_id, tenant=session.tenant, session=whole["session"], reward=1.0
+        )
+
+
 def test_a_session_without_created_at_is_not_stamped():
     whole = json.loads(
         example_session(session_id="s-1", outcome=example_outcome("s-1", outcome_id="o-1")).to_json()
