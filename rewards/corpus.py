@@ -31,6 +31,11 @@ BOS = 1
 PROMPT_CAP = 4096  # prompt ids: BOS + the messages this request adds, capped
 EPOCH = datetime(2026, 1, 15, 9, 0, tzinfo=UTC)
 KEYS = {"label", "task", "steps", "style", "metadata", "status", "outcome"}
+# the two labelled corpora: development (tuned on) and blind (frozen, only its totals looked at)
+CORPORA = {
+    "dev": Path(__file__).resolve().parent / "corpora" / "dev",
+    "blind": Path(__file__).resolve().parent / "corpora" / "blind" / "cases",
+}
 KINDS = {k.value for k in HackKind}
 
 

@@ -3,8 +3,8 @@
 ``python -m ops.bench detectors [--json FILE]``
 
 Two corpora of case files (``rewards.corpus``), one labelled session per file: the
-development corpus (``tests/data/hacks_dev``) and the blind one
-(``tests/data/hacks_blind/cases``), scored separately. Every (session, kind) pair counts
+development corpus (``rewards/corpora/dev``) and the blind one
+(``rewards/corpora/blind/cases``), scored separately. Every (session, kind) pair counts
 once: a true positive when the kind is labelled and flagged, a false positive when it is
 flagged but not labelled, a false negative when labelled but not flagged. ``precision`` and
 ``recall`` are micro-averaged over the six kinds; ``per_kind`` has the same two per kind;
@@ -32,12 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ingest.contract import HackKind, Session
-from rewards.corpus import load
+from rewards.corpus import CORPORA, load
 from rewards.detectors import detect
 from rewards.scoring import RewardSettings, load_reward_settings
-
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
-CORPORA = {"dev": DATA / "hacks_dev", "blind": DATA / "hacks_blind" / "cases"}
 
 
 def _ratio(num: int, den: int) -> float:

@@ -1,4 +1,4 @@
-"""The blind hack corpus (tests/data/hacks_blind): frozen, and the detectors' scores on it."""
+"""The blind hack corpus (rewards/corpora/blind): frozen, and the detectors' scores on it."""
 
 import json
 from collections import Counter

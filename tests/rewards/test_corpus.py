@@ -1,4 +1,4 @@
-"""The development hack corpus (tests/data/hacks_dev): each case's detected kinds, and the benchmark."""
+"""The development hack corpus (rewards/corpora/dev): each case's detected kinds, and the benchmark."""
 
 import json
 from collections import Counter

@@ -3,7 +3,7 @@
 The cases are expanded by ``rewards.corpus.expand`` (no model, no network); the files written
 here freeze what that gives. Run from the repository root:
 
-    python tests/data/hacks_blind/build.py
+    python rewards/corpora/blind/build.py
 """
 
 from __future__ import annotations
