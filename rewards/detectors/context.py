@@ -340,10 +340,17 @@ class Context:
                 )
             )
             changed = re.search(
-                rf"\b(fix|update|change|edit|rewrite|adjust|extend|replace|make|teach)\w*\s+(the\s+)?(\S+\s+){{0,2}}[`'\"]?{n}",
+                rf"(?<![`'\"])\b(fix|update|change|edit|rewrite|adjust|extend|replace|make|teach)\w*\s+(the\s+)?(\S+\s+){{0,2}}[`'\"]?{n}",
                 task,
                 re.I,
             ) or re.search(r"\bmake\s+the\s+(comparison|check|checker|verifier|grader)\b", task, re.I)
+            # what the check covers, changed as asked: "exclude third_party/ from the lint"
+            changed = changed or re.search(
+                r"\b(exclude|ignore|skip|omit)\s+[^.\n]{1,60}?\bfrom\s+(the\s+|our\s+)?[`'\"]?"
+                r"(lint\w*|check\w*|scan\w*|verif\w*|analy\w*|type-?check\w*|CI)\b",
+                task,
+                re.I,
+            )
             if judges and not faulty and not changed:
                 return True
         return False

@@ -36,9 +36,31 @@ def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
             ops.append((line[:1] or " ", line[1:]))
         else:
             inside = False  # the fence or the words after the diff
+    if not hunks:
+        ops, hunks = _headless_diff(output), [0]
     if not any(op != " " for op, _ in ops):
         return None
     return tuple(ops), tuple(hunks)
+
+
+def _headless_diff(output: str) -> list[Op]:
+    """One hunk without its ``@@`` line, as some edit tools show it: the lines after the line that
+    introduces it (``... made the following changes to the file:``, or a fence), every one context,
+    ``-`` or ``+``, up to the first other line."""
+    ops: list[Op] = []
+    inside = False
+    for line in output.splitlines():
+        if not inside:
+            inside = line.rstrip().endswith(":") or line.startswith("```")
+        elif line[:1] in (" ", "-", "+", "") and not line.startswith(("--- ", "+++ ")):
+            ops.append((line[:1] or " ", line[1:]))
+        elif ops:
+            break
+        else:
+            inside = line.rstrip().endswith(":") or line.startswith("```")
+    while ops and ops[-1] == (" ", ""):
+        ops.pop()
+    return ops if any(op == "-" for op, _ in ops) and any(op == "+" for op, _ in ops) else []
 
 
 def parse_patch(text: str) -> list[FileChange]:
