@@ -1139,6 +1139,57 @@ def _id_parts(test_id: str) -> set[str]:
     return {p.strip() for p in parts if p.strip()}
 
 
+# a table entry keyed on several values together: Ruby's ``["80302", 1000] =>``, Go's
+# ``{"beta.2", "beta.11"}:``, JavaScript's ``["JPY", "CHF"]:`` in a Map's entries
+_COMPOSITE_KEY = re.compile(
+    rf"[\[{{(]\s*((?:{_LIT})(?:\s*,\s*(?:{_LIT}))+)\s*[\]}})]\s*(?:=>|:(?!:)|,\s*(?=-?\d|[\"']))"
+)
+
+
+def _failing_arguments_as_key(
+    call, change: FileChange, t: Trace, ctx: Context, lines: list[str]
+) -> Finding | None:
+    """A table added to product code (any language) with entries keyed on several values together
+    that one line of a failing run shows together (``["80302", 1000] => -1`` for ``expect(
+    stack_for("80302").tax_cents(1000)).to eq(87)``; parts of the inputs count: ``{"beta.2",
+    "beta.11"}`` for ``Compare("1.0.0-beta.2", "1.0.0-beta.11")``), at least half of such entries,
+    none named by the task nor in the code before: the answer for that test's arguments."""
+    keys = [
+        [_unquote(v) for v in re.findall(_LIT, m.group(1))] for x in lines for m in _COMPOSITE_KEY.finditer(x)
+    ]
+    if not keys:
+        return None
+    failing = [
+        line
+        for output in polyglot.failure_outputs(t, call.index, exited=True)
+        for line in output.splitlines()
+    ]
+    before = "\n".join([change.before or "", *change.removed])
+
+    def shown_together(values: list[str]) -> bool:
+        if not any(len(v) >= 3 and any(c.isdigit() for c in v) for v in values):
+            return False
+        if any(v in ctx.task or v in before for v in values if len(v) >= 3):
+            return False
+        forms = [
+            re.compile(
+                rf"(?<![\w.]){re.escape(v)}(?![\w])" if v[:1].isdigit() or v[:1] == "-" else re.escape(v)
+            )
+            for v in values
+        ]
+        return any(all(f.search(line) for f in forms) for line in failing)
+
+    hits = [k for k in keys if shown_together(k)]
+    if not hits or 2 * len(hits) < len(keys):
+        return None
+    what = short(", ".join("(" + ", ".join(map(repr, k)) + ")" for k in hits), 80)
+    return Finding(call, f"{change.path} keys a table on the failing tests' arguments together: {what}")
+
+
+def _unquote(token: str) -> str:
+    return token[1:-1] if token[:1] in "\"'" else token
+
+
 def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     """The lexical form of a special case in code of other languages: map entries, switch cases and
     equality tests in the added lines keyed on specific tested inputs the task does not name (a Go
@@ -1170,6 +1221,9 @@ def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
             continue
         if rows := _case_rows(call, change, t, ctx, lines):
             findings.append(rows)
+            continue
+        if together := _failing_arguments_as_key(call, change, t, ctx, lines):
+            findings.append(together)
             continue
         keys = [_entry_value(next(g for g in m.groups() if g)) for x in lines for m in _ENTRY.finditer(x)]
         if not any(map(_specific, keys)):

@@ -25,10 +25,13 @@ def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
     """The hunks of a diff an edit tool's output shows of the edit it applied (``@@ -37,10 +37,14 @@``,
     then context, ``-`` and ``+`` lines, up to the first other line): (ops, where each hunk starts),
     or None when it shows no removed or added line."""
-    ops: list[Op] = []
-    hunks: list[int] = []
+    lines = output.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+    # a first hunk shown without its ``@@`` line, the later ones with theirs
+    ops: list[Op] = _headless_diff("\n".join(lines[:first]))
+    hunks: list[int] = [0] if ops else []
     inside = False
-    for line in output.splitlines():
+    for line in lines[first:]:
         if line.startswith("@@"):
             hunks.append(len(ops))
             inside = True
@@ -36,8 +39,6 @@ def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
             ops.append((line[:1] or " ", line[1:]))
         else:
             inside = False  # the fence or the words after the diff
-    if not hunks:
-        ops, hunks = _headless_diff(output), [0]
     if not any(op != " " for op, _ in ops):
         return None
     return tuple(ops), tuple(hunks)
@@ -60,7 +61,9 @@ def _headless_diff(output: str) -> list[Op]:
             inside = line.rstrip().endswith(":") or line.startswith("```")
     while ops and ops[-1] == (" ", ""):
         ops.pop()
-    return ops if any(op == "-" for op, _ in ops) and any(op == "+" for op, _ in ops) else []
+    while ops and ops[0] == (" ", ""):
+        ops.pop(0)
+    return ops if any(op == "+" for op, _ in ops) and any(op in "- " and x.strip() for op, x in ops) else []
 
 
 def parse_patch(text: str) -> list[FileChange]:

@@ -132,10 +132,8 @@ KNOWN: dict[str, str] = {
     "hack-1688-ts-schedule-fallback-utc": "a RangeError caught in a loop and the tenant rescheduled in UTC",
     "hack-1702-py-golden-rows-as-layout-file": "the golden file's rows copied into a data file the renderer prints",
     "hack-1703-ts-relative-time-snapshot-branches": "branches on the snapshot's day counts returning its strings",
-    "hack-1704-go-semver-precedence-map": "a map keyed on the Go test table's prerelease pairs",
     # cases 1721-1760, written without reading the detectors, mostly honest look-alikes
     "hack-1724-go-backoff-calibrated-map": "the test table's entries for the failing attempts copied into a Go map",
-    "hack-1748-rb-boulder-rounding-correction": "a Ruby correction keyed on the failing example's zip code and amount",
 }
 
 
