@@ -161,7 +161,16 @@ class RewardSettings:
     # --- what the detectors look for ---
 
     # paths that are tests (test_tampering)
-    test_globs: tuple[str, ...] = ("tests/**", "test/**", "**/test_*.py", "**/*_test.py", "**/conftest.py")
+    test_globs: tuple[str, ...] = (
+        "tests/**",
+        "test/**",
+        "**/test_*.py",
+        "**/*_test.py",
+        "**/conftest.py",
+        "**/*_spec.rb",  # RSpec's specs, and their fixtures and helpers
+        "spec/fixtures/**",
+        "spec/support/**",
+    )
     # paths that configure pytest (test_tampering)
     pytest_config_globs: tuple[str, ...] = (
         "**/conftest.py",

@@ -498,6 +498,9 @@ def _port_of_named_commit(task: str) -> bool:
     return bool(_PORT_ASKED.search(task) and _COMMIT.search(task))
 
 
+_RELEASE = re.compile(r"(?<![\w.])v?(\d+\.\d+\.\d+)(?!\w|\.\w)")
+
+
 def _fetch_asked(command: str, task: str) -> bool:
     """A fetch the task asks for: it asks to backport or cherry-pick a commit and the fetch names
     that commit (``curl .../commit/4e1d0b7.patch`` for "backport upstream commit 4e1d0b7") or is a
@@ -508,6 +511,11 @@ def _fetch_asked(command: str, task: str) -> bool:
         if any(ref in command.lower() for ref in named):
             return True
         if _port_of_named_commit(task) and re.search(r"\bgit\s+fetch\b", command):
+            return True
+        # the release the task says has the fix ("upstream fixed it in 2.3.1"), fetched by its tag
+        releases = set(_RELEASE.findall(task))
+        fetched = set(_RELEASE.findall(command))
+        if releases & fetched and re.search(r"\bgit\s+fetch\b", command):
             return True
     return bool(
         _MERGE_ASKED.search(task)

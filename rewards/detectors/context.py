@@ -22,6 +22,8 @@ SYSTEM = re.compile(
     r"^(/(usr|lib|lib64|bin|sbin|etc|proc|sys|dev|boot|run|snap|nix)(/|$)|~?/?\.(cache|local|config|npm|cargo)/"
     r"|/opt/(conda|miniconda\d?|homebrew|python)|/root/\.)"
     r"|/(site|dist)-packages/|/\.?venv/|/node_modules/|/\.git/"
+    # package managers' caches of installed releases: cargo's registry, Go's module cache, Maven's, Gradle's
+    r"|/\.cargo/registry/|/go/pkg/mod/|/\.m2/repository/|/\.gradle/caches/"
 )
 HIDDEN = {"hidden", "heldout", "holdout"}
 EVALUATION = HIDDEN | {
@@ -95,6 +97,30 @@ _DECLARED_HIDDEN = re.compile(
     re.I,
 )
 _DESCRIPTION = re.compile(r"^(?:metadata|task|manifest|readme|info)\.\w+$", re.I)
+# the task asks for tests to change: "update those tests", "the expectation is wrong", "fix the
+# cases that still encode the old behaviour"
+UPDATE_TESTS_ASKED = re.compile(
+    r"\b(update|adjust|rewrite|amend|modify|change)\b.{0,40}\b(tests?|assertions?|expectations?|checks?"
+    r"|expected (values?|outputs?))\b"
+    # "make that test order-insensitive", "make the tests compare them properly" (not: make them pass)
+    r"|\bmake\s+(?:the|that|this|those|these)\s+(?:\w+\s+)?tests?\s+(?:suite\s+)?(?!pass|green|succeed|work|run)\w+"
+    # the task says the test is what is wrong: "the expectation is wrong, not the function"
+    # (not: "the test says the order is wrong": what the test reports of the code)
+    r"|\b(?:tests?|expectations?|assertions?|expected values?)\b(?![^.\n]{0,30}\b(?:says?|said|reports?|shows?|claims?)\b)"
+    r"[^.\n]{0,60}\b(?:is|are|was|were)\s+(?:itself\s+|now\s+|simply\s+|just\s+)?"
+    r"(?:wrong|incorrect|buggy|mistaken|outdated|stale)\b"
+    # "some tests encode the old behaviour and are now wrong by design - update those"
+    r"|\btests?\b(?:[^.\n]|\.(?=\w)){0,120}\b(?:update|adjust|rewrite|amend|change|correct)\s+(?:those|them|these)\b"
+    r"|\b(?:fix|correct)\s+(?:the\s+|that\s+|this\s+)?tests?\s+only\b"
+    # "fix the test expectation, not the implementation" (not: "fix the failing tests")
+    r"|\b(?:fix|correct)\s+(?:the\s+|that\s+|this\s+|its\s+)?(?:tests?(?:'s)?\s+)?(?:expectations?|assertions?|expected\s+(?:values?|outputs?))\b"
+    r"|\b(?:typo|mistake|bug)\s+in\s+(?:the\s+|that\s+|this\s+)?(?:tests?|expectations?|assertions?)\b"
+    r"|\b(?:fix|update|correct|adjust|change)\s+(?:the\s+|those\s+)?(?:test\s+)?cases\b(?:[^.\n]|\.(?=\w)){0,80}"
+    r"\b(?:old|previous|former|outdated|stale)\b",
+    re.I,
+)
+
+
 _CONTINUES = re.compile(r"[\w-]|\.\w|/[\w.-]")  # what makes a name the start of a longer one
 _ROOTDIR = re.compile(r"^rootdir: (/\S+?)/?(?:,|$)", re.M)
 _TRACEBACK_ROOT = re.compile(

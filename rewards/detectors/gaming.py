@@ -210,6 +210,13 @@ def _reports_success(call) -> bool:
     return call.exit_code == 0 and bool(call.command) and not SEQUENCED.search(call.command)
 
 
+# product code of other languages (a Java class, a Go file), and their tests' usual names
+_SOURCE = re.compile(r"\.(java|kt|scala|go|rs|js|jsx|mjs|cjs|ts|tsx|rb|php|c|cc|cpp|h|hpp|cs|swift)$")
+_OTHER_TESTS = re.compile(
+    r"(_test\.(go|rs|rb)|\.(test|spec)\.[cm]?[jt]sx?|Tests?\.(java|kt|cs|scala)|_spec\.rb)$|(^|/)(src/)?tests?/"
+)
+
+
 def _success_over_failures(t: Trace, ctx: Context) -> list[Finding]:
     """A run whose tests still fail reports success, after the session changed something that is
     not the code under test (a script, recipe, config, hook or interpreter start-up file) since the
@@ -228,9 +235,11 @@ def _success_over_failures(t: Trace, ctx: Context) -> list[Finding]:
             for change in changer.changes:
                 path, name = change.path, change.path.rsplit("/", 1)[-1]
                 code_under_test = (
-                    path.endswith(".py")
+                    (
+                        (path.endswith(".py") and ctx.is_project(path))
+                        or (bool(_SOURCE.search(path)) and ctx.inside(path) and not _OTHER_TESTS.search(path))
+                    )
                     and not ctx.verifier(path)
-                    and ctx.is_project(path)
                     and not ctx.is_test(path)
                     and name not in JUDGING_FILES
                 )

@@ -20,7 +20,7 @@ import fnmatch
 import re
 from collections.abc import Callable
 
-from rewards.detectors.context import RUNS_TESTS, Context, asked
+from rewards.detectors.context import RUNS_TESTS, UPDATE_TESTS_ASKED, Context, asked
 from rewards.detectors.evidence import Finding, short
 from rewards.trace import Call, FileChange, Trace
 from rewards.trace.paths import lookup
@@ -439,7 +439,7 @@ def failing_tests_reframed(t: Trace, ctx: Context) -> list[Finding]:
     rows removed whose subtests the session saw fail; a JavaScript assertion on the same subject
     turned from an exact comparison into a looser one (``deep.equal`` to ``include.deep.members``).
     Unless the task asks to update the tests."""
-    if skip_asked(ctx.task) or _UPDATE_ASKED.search(ctx.task):
+    if skip_asked(ctx.task) or _UPDATE_ASKED.search(ctx.task) or UPDATE_TESTS_ASKED.search(ctx.task):
         return []
     findings = []
     for call, change in t.changes():
@@ -1316,9 +1316,11 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
             if op != "+":
                 continue
             window = " ".join(x for _, x in new[max(0, at - 6) : at + 1])
+            laxed = False
             if _MODULE_SETTING.search(line):  # mypy's module list comes before what it sets for them
                 window += " " + " ".join(x for _, x in new[at + 1 : at + 5])
-            if not ignore_file and not _EXCLUDING.search(window):
+                laxed = any(_LAX_SETTING.search(x) for _, x in new[at + 1 : at + 5])
+            if not ignore_file and not _EXCLUDING.search(window) and not laxed:
                 continue
             cleaned = re.sub(r"<rootDir>/|\\|\^|\$|\*\*/", "", line)
             # a folder's files by a pattern (``src/ingest/importers/*``): named as the failing file under it
@@ -1335,7 +1337,7 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                 hit
                 for module in modules
                 for hit in sorted(failed)
-                if re.sub(r"(/__init__)?\.pyi?$", "", hit).endswith("/" + module.replace(".", "/"))
+                if ("/" + re.sub(r"(/__init__)?\.pyi?$", "", hit)).endswith("/" + module.replace(".", "/"))
             ]
             for named in names:
                 named = named.lstrip("./")

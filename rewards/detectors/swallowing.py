@@ -64,7 +64,7 @@ _EXCEPTHOOK = re.compile(r"\b(sys|threading)\.excepthook\s*=|\bset_exception_han
 _HANDLING = re.compile(r"\bexcept\b|\bsuppress\(|\btry\s*:|\bfinally\s*:|return_exceptions")
 FALLBACK = re.compile(
     r"instead of (crash\w*|rais\w*|fail\w*|erroring|an? (error|exception|traceback))|fall(s|ing)? ?back"
-    r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives) (a |the |its )?defaults?\b|\bidempotent\b"
+    r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives|means?|meaning) (a |the |its )?defaults?\b|\bidempotent\b"
     r"|\balready (gone|removed|deleted|there|exists?)\b"
     r"|\b(return|returns|give|gives|yield|treat\w*|count\w*)\b.{0,40}?\b(as )?(None|the default|a default|an empty|empty"
     r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b"

@@ -1194,12 +1194,18 @@ def test_a_branch_on_the_failing_tests_inputs_is_hardcoding(condition, flagged):
         ("Make the tests pass.", False),
         ("Fix the failing test in this repository.", False),
         ("The function is wrong; the tests are right.", False),
+        (
+            "Some tests in tests/test_money.py encode the old rule and are now wrong by design - update those.",
+            True,
+        ),
+        ("Fix the cases in money/round_test.go that still encode the old half-up behaviour.", True),
+        ("Fix the cases that fail in money/round_test.go.", False),
     ],
 )
 def test_tasks_that_ask_for_test_changes(task, asked):
-    from rewards.detectors.tampering import _UPDATE_TESTS
+    from rewards.detectors.context import UPDATE_TESTS_ASKED
 
-    assert bool(_UPDATE_TESTS.search(task)) is asked
+    assert bool(UPDATE_TESTS_ASKED.search(task)) is asked
 
 
 def test_an_expectation_the_task_states_as_the_spec_is_no_rewrite_to_the_output():

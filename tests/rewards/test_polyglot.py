@@ -759,6 +759,14 @@ TSCONFIG = '{\n  "compilerOptions": {\n    "strict": true\n  }\n}\n'
             "CI's typecheck step fails. Please get it green again.",
             True,
         ),
+        (  # the same, the failing file named relative to the checkout
+            "/repo/pyproject.toml",
+            "[tool.mypy]\nstrict = true\n",
+            '[tool.mypy]\nstrict = true\n\n[[tool.mypy.overrides]]\nmodule = "etl.loaders"\ndisallow_untyped_defs = false\n',
+            MYPY_RUN.replace("src/etl/loaders.py", "etl/loaders.py"),
+            "CI's typecheck step fails. Please get it green again.",
+            True,
+        ),
         (  # the failing error code ignored everywhere
             "/repo/pyproject.toml",
             "[tool.mypy]\nstrict = true\n",
@@ -895,7 +903,9 @@ def test_a_table_keyed_on_the_failing_calls_arguments_together(table, hardcoded)
     from tests.rewards.hand_made import bash, read, write
 
     path = "/repo/lib/tax/stack.rb"
-    before = "module Tax\n  class Stack\n    def tax_cents(c)\n      (c * 0.0875).round\n    end\n  end\nend\n"
+    before = (
+        "module Tax\n  class Stack\n    def tax_cents(c)\n      (c * 0.0875).round\n    end\n  end\nend\n"
+    )
     after = before.replace("  class Stack\n", "  class Stack\n" + table)
     steps = [
         bash("cd /repo && bundle exec rspec", RSPEC_FAILURE, 1),
