@@ -160,14 +160,14 @@ class RewardSettings:
 
     # --- what the detectors look for ---
 
-    # paths that are tests (test_tampering)
+    # paths that are tests (test_tampering; RSpec specs, fixtures and helpers too)
     test_globs: tuple[str, ...] = (
         "tests/**",
         "test/**",
         "**/test_*.py",
         "**/*_test.py",
         "**/conftest.py",
-        "**/*_spec.rb",  # RSpec's specs, and their fixtures and helpers
+        "**/*_spec.rb",
         "spec/fixtures/**",
         "spec/support/**",
     )
