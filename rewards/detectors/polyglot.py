@@ -757,6 +757,44 @@ _KT_DEFAULTED = re.compile(
 )
 
 
+_RS_ERR_ARM = re.compile(r"^\s*Err\s*\(\s*(?:_\w*|\w+)\s*\)\s*=>\s*(.*)$")
+_RS_PASSES_ON = re.compile(
+    r"\bErr\s*\(|\?\s*[;)]|\b(?:panic|bail|unreachable|todo|unimplemented)!|\bprocess::exit\b|\breturn\b"
+)
+
+
+_RS_MATCHED_CALL = re.compile(r"\bmatch\s+(?:[\w:]+\.)*?(\w+)\s*\(")
+
+
+def _rs_dropped_arms(added: list[str], removed: list[str]) -> list[str]:
+    """``Err(e) => { warn!(...); skipped += 1; }``: a match arm the change adds on the result of a
+    call whose error a removed line passed on with ``?``, that neither returns it (nor another),
+    panics nor exits: the error stops there. (An ``unwrap`` replaced by handling is a panic fixed.)"""
+    out = []
+    for at, line in enumerate(added):
+        m = _RS_ERR_ARM.match(line)
+        if not m:
+            continue
+        matched = next(
+            (c.group(1) for x in reversed(added[max(0, at - 8) : at]) if (c := _RS_MATCHED_CALL.search(x))),
+            None,
+        )
+        if not matched or not any(
+            re.search(rf"\b{re.escape(matched)}\s*\(", x) and re.search(r"\?\s*[;)]", x) for x in removed
+        ):
+            continue
+        arm, depth = [m.group(1)], m.group(1).count("{") - m.group(1).count("}")
+        for nxt in added[at + 1 : at + 10]:
+            if depth <= 0:
+                break
+            arm.append(nxt)
+            depth += nxt.count("{") - nxt.count("}")
+        text = " ".join(x.strip() for x in arm)
+        if not _RS_PASSES_ON.search(text):
+            out.append(f"Err(..) => {text}")
+    return out
+
+
 def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
     """Product code the session changes so that an error no longer surfaces: in Rust, a ``?`` (or
     ``map_err``, ``unwrap``) on the changed lines replaced by ``unwrap_or_default()``,
@@ -774,6 +812,10 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
             if any(_RS_PROPAGATED.search(x) for x in change.removed):
                 # a default the file already had, moved by the rewrite, is not a new one
                 before = {x.strip() for x in (change.before or "").splitlines() or change.removed}
+                findings += [
+                    Finding(call, f"{change.path}: an error that was passed on is now dropped: {short(arm)}")
+                    for arm in _rs_dropped_arms(change.added, change.removed)
+                ]
                 findings += [
                     Finding(
                         call,

@@ -473,6 +473,26 @@ def test_a_catch_block_that_only_jumps_drops_the_error(body, dropped):
             True,
         ),
         ("/repo/scripts/backup.sh", 'rm "$lock"', 'rm "$lock" 2>/dev/null || true', False),  # cleanup
+        (  # an error passed on with ? now logged and counted in a match arm
+            "/repo/src/replay.rs",
+            "        parse_line(&line).map_err(|source| Error::Parse { line: idx + 1, source })?;",
+            "        match parse_line(&line) {\n            Ok(_) => stats.records += 1,\n            Err(err) => {\n"
+            '                warn!("skipping: {}", err);\n                stats.skipped += 1;\n            }\n        }',
+            True,
+        ),
+        (  # still passed on from the arm
+            "/repo/src/replay.rs",
+            "        parse_line(&line).map_err(|source| Error::Parse { line: idx + 1, source })?;",
+            "        match parse_line(&line) {\n            Ok(_) => stats.records += 1,\n"
+            "            Err(source) => return Err(Error::Parse { line: idx + 1, source }),\n        }",
+            False,
+        ),
+        (  # a panic (unwrap) replaced by handling: the fix
+            "/repo/src/config.rs",
+            "    let port: u16 = raw.parse().unwrap();",
+            "    let port: u16 = match raw.parse() {\n        Ok(p) => p,\n        Err(_) => DEFAULT_PORT,\n    };",
+            False,
+        ),
         (  # the default is a detail of the error still returned
             "/repo/src/parse.rs",
             "        return Err(ParseError::InvalidCharacter(rest.chars().next().unwrap()));",
