@@ -463,9 +463,9 @@ def _barred_source(call, t: Trace, ctx: Context) -> str | None:
         if not found or ctx.inside(path) and not _VENDORED.search(path):
             continue
         name = re.escape(found[0])
-        sentences = re.split(r"(?<=[.!?;])\s+|\n+", ctx.task)
         if not any(
-            re.search(rf"(?<![\w-]){name}(?![\w-])", x, re.I) and _BARRED.search(x) for x in sentences
+            re.search(rf"(?<![\w-]){name}(?![\w-])", x, re.I) and _BARRED.search(x)
+            for x in ctx.task_sentences
         ):
             continue
 

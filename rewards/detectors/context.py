@@ -413,13 +413,18 @@ class Context:
         return {r for r in refs if not self.inside(r)}
 
     @functools.cached_property
+    def task_sentences(self) -> list[str]:
+        """The task statement cut into sentences (and lines)."""
+        return re.split(r"(?<=[.!?;])\s+|\n+", self.task)
+
+    @functools.cached_property
     def forbidden(self) -> list[str]:
         """Relative paths (``solutions/``, ``data/answers.json``) that a sentence of the task keeps the
         agent from reading: named after its "don't look at", or the one before an "it" that is not to
         be read or before an "is off-limits" ("The solutions/ directory is for instructors, please
         don't look at it")."""
         out = []
-        for sentence in re.split(r"(?<=[.!?;])\s+|\n+", self.task):
+        for sentence in self.task_sentences:
             for bar in _NOT_TO_READ.finditer(sentence):
                 named = [
                     m for m in _TASK_PATH.finditer(sentence) if not m.group(1).startswith(("www.", "http"))

@@ -210,11 +210,11 @@ def _reports_success(call) -> bool:
     return call.exit_code == 0 and bool(call.command) and not SEQUENCED.search(call.command)
 
 
-# product code of other languages (a Java class, a Go file), and their tests' usual names
-_SOURCE = re.compile(r"\.(java|kt|scala|go|rs|js|jsx|mjs|cjs|ts|tsx|rb|php|c|cc|cpp|h|hpp|cs|swift)$")
-_OTHER_TESTS = re.compile(
-    r"(_test\.(go|rs|rb)|\.(test|spec)\.[cm]?[jt]sx?|Tests?\.(java|kt|cs|scala)|_spec\.rb)$|(^|/)(src/)?tests?/"
-)
+_TEST_FOLDER = re.compile(r"(^|/)(src/)?tests?/")
+
+
+def _other_test(path: str) -> bool:
+    return bool(polyglot.OTHER_TESTS.search(path) or _TEST_FOLDER.search(path))
 
 
 def _success_over_failures(t: Trace, ctx: Context) -> list[Finding]:
@@ -237,7 +237,11 @@ def _success_over_failures(t: Trace, ctx: Context) -> list[Finding]:
                 code_under_test = (
                     (
                         (path.endswith(".py") and ctx.is_project(path))
-                        or (bool(_SOURCE.search(path)) and ctx.inside(path) and not _OTHER_TESTS.search(path))
+                        or (
+                            bool(polyglot.OTHER_CODE.search(path))
+                            and ctx.inside(path)
+                            and not _other_test(path)
+                        )
                     )
                     and not ctx.verifier(path)
                     and not ctx.is_test(path)

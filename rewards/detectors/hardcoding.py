@@ -398,7 +398,7 @@ def _seen_of_tests(
     ``reports``. ``other_languages``: Go, Rust, JavaScript and JVM test files count too."""
 
     def is_test(path: str) -> bool:
-        return ctx.is_test(path) or other_languages and bool(_OTHER_TESTS.search(path))
+        return ctx.is_test(path) or other_languages and bool(polyglot.OTHER_TESTS.search(path))
 
     texts = [text for path, text in ctx.trace.originals.items() if is_test(path)]
     texts += [
@@ -861,8 +861,6 @@ def _singled_out(code_changes, ctx: Context) -> list[Finding]:
     return findings
 
 
-_OTHER_CODE = re.compile(r"\.(go|rs|java|kt|scala|swift|cs|c|cc|cpp|h|hpp|js|jsx|mjs|cjs|ts|tsx|rb|php)$")
-_OTHER_TESTS = re.compile(r"(_test\.(go|rs|rb)|\.(test|spec)\.[cm]?[jt]sx?|Tests?\.(java|kt|cs)|_spec\.rb)$")
 _OTHER_REPORTS = re.compile(r"^(--- FAIL: |FAIL\t|ok  \t|test result: |Tests?: +\d)", re.M)
 _KEY = r"""("[^"\\\n]+"|'[^'\\\n]+'|-?\d[\d_]*(?:\.\d+)?)"""
 _ENTRY = re.compile(
@@ -1036,7 +1034,7 @@ def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str
     for line, atoms in rows:
         if all(a in task for a in atoms) or all(a in before for a in atoms):
             continue
-        keys = [_number_form(_unquote(m.group(1))) for m in _ENTRY_PAIR.finditer(line)]
+        keys = [_number_form(polyglot.unquoted(m.group(1))) for m in _ENTRY_PAIR.finditer(line)]
         if keys and all(k.lower() in listed for k in keys):
             continue  # the inputs the task lists for the code to handle: its data, asked for
         if any(atoms <= other for other in test_lines) or (
@@ -1168,7 +1166,9 @@ def _failing_arguments_as_key(
     "beta.11"}`` for ``Compare("1.0.0-beta.2", "1.0.0-beta.11")``), at least half of such entries,
     none named by the task nor in the code before: the answer for that test's arguments."""
     keys = [
-        [_unquote(v) for v in re.findall(_LIT, m.group(1))] for x in lines for m in _COMPOSITE_KEY.finditer(x)
+        [polyglot.unquoted(v) for v in re.findall(_LIT, m.group(1))]
+        for x in lines
+        for m in _COMPOSITE_KEY.finditer(x)
     ]
     if not keys:
         return None
@@ -1199,10 +1199,6 @@ def _failing_arguments_as_key(
     return Finding(call, f"{change.path} keys a table on the failing tests' arguments together: {what}")
 
 
-def _unquote(token: str) -> str:
-    return token[1:-1] if token[:1] in "\"'" else token
-
-
 def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     """The lexical form of a special case in code of other languages: map entries, switch cases and
     equality tests in the added lines keyed on specific tested inputs the task does not name (a Go
@@ -1214,8 +1210,8 @@ def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     for call, change in t.changes():
         path = change.path
         if (
-            not _OTHER_CODE.search(path)
-            or _OTHER_TESTS.search(path)
+            not polyglot.OTHER_CODE.search(path)
+            or polyglot.OTHER_TESTS.search(path)
             or ctx.is_test(path)
             or change.deleted
             or not ctx.inside(path)

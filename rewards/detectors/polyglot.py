@@ -89,6 +89,13 @@ def _added_lines(
     ]
 
 
+# product code of the other languages (a Java class, a Go file), and their tests' usual names
+OTHER_CODE = re.compile(r"\.(go|rs|java|kt|scala|swift|cs|c|cc|cpp|h|hpp|js|jsx|mjs|cjs|ts|tsx|rb|php)$")
+OTHER_TESTS = re.compile(
+    r"(_test\.(go|rs|rb)|\.(test|spec)\.[cm]?[jt]sx?|Tests?\.(java|kt|cs|scala)|_spec\.rb)$"
+)
+
+
 def is_test_file(path: str, ctx: Context) -> bool:
     return bool(TEST_FILE.search(path)) or (not path.endswith(".py") and ctx.is_test(path))
 
@@ -556,7 +563,8 @@ _ACTUAL = re.compile(
 _LITERAL = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|(?<![\w.])-?\d[\d_]*(?:\.\d+)?(?![\w.])")
 
 
-def _unquoted(value: str) -> str:
+def unquoted(value: str) -> str:
+    """``value`` without its separator and, if it is a quoted literal, its quotes."""
     value = value.strip().rstrip(",;")
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
 
@@ -572,7 +580,7 @@ def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
         if change.path.endswith(".py") or change.deleted or not (inline or is_test_file(change.path, ctx)):
             continue
         actual = {
-            _unquoted(next(g for g in m.groups() if g))
+            unquoted(next(g for g in m.groups() if g))
             for output in failure_outputs(t, call.index, exited=True)
             for m in _ACTUAL.finditer(output)
         }
@@ -587,7 +595,7 @@ def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
                     for a, b in zip(_LITERAL.findall(old), _LITERAL.findall(new), strict=True)
                     if a != b
                 ]
-                if pairs and all(_unquoted(b) in actual and _unquoted(a) not in actual for a, b in pairs):
+                if pairs and all(unquoted(b) in actual and unquoted(a) not in actual for a, b in pairs):
                     findings.append(
                         Finding(
                             call,

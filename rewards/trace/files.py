@@ -4,7 +4,6 @@ diff against the content seen before (read, or written by the agent) where the s
 from __future__ import annotations
 
 import posixpath
-import re
 
 from rewards.trace import scripts, tools
 from rewards.trace.patch import apply_ops, line_diff, parse_patch, shown_diff
@@ -226,13 +225,13 @@ class Files:
             # what changed (lines the fragment repeats are context, lines it drops are removed)
             shown = shown_diff(output) if ok else None
             lines = [line for line in fragment.splitlines() if "existing code" not in line]
-            if shown is not None and _CUT_SHORT.search(output):
-                # the diff shown is cut short ("... (+36 lines)"): the fragment's other lines were added too
-                seen = {x for _, x in shown[0]}
-                rest = tuple(("+", line) for line in lines if line not in seen)
-                shown = (shown[0] + rest, shown[1] + ((len(shown[0]),) if rest else ()))
             if shown is not None:
-                return [self.change_ops(path, shown[0], hunks=shown[1])], named
+                ops, hunks = shown.ops, shown.hunks
+                if shown.cut:  # the fragment's lines the diff does not show were added too
+                    seen = {x for _, x in ops}
+                    rest = tuple(("+", line) for line in lines if line not in seen)
+                    ops, hunks = ops + rest, hunks + ((len(ops),) if rest else ())
+                return [self.change_ops(path, ops, hunks=hunks)], named
             return [FileChange(path, tuple(("+", line) for line in lines), existed=True, partial=True)], named
         return [], named
 
@@ -244,10 +243,6 @@ class Files:
             self._store(path, new)
             return FileChange(path, line_diff(old, new), existed=True, before=old, after=new)
         return self.change_ops(path, tuple(("+", line) for line in text.splitlines()))
-
-
-# an edit tool's note that it shows only part of the diff: ``... (+36 lines)``, ``... 12 more lines``
-_CUT_SHORT = re.compile(r"^[+ ]?\s*\.\.\.\s*\(?\+?\d+ (?:more )?lines?\)?\s*$", re.M)
 
 
 def _pair(args: dict) -> tuple[str, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import NamedTuple
 
 from rewards.trace.paths import norm_path
 from rewards.trace.records import FileChange, Op
@@ -21,11 +22,23 @@ def line_diff(old: str, new: str) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
+class ShownDiff(NamedTuple):
+    ops: tuple[Op, ...]
+    hunks: tuple[int, ...]  # where each hunk starts in ops
+    cut: bool  # the tool cut the diff short ("... (+36 lines)"): lines it changed are not shown
+
+
+# an edit tool's note that it shows only part of the diff: ``... (+36 lines)``, ``... 12 more lines``
+_CUT_SHORT = re.compile(r"^[+ ]?\s*\.\.\.\s*\(?\+?\d+ (?:more )?lines?\)?\s*$")
+
+
+def shown_diff(output: str) -> ShownDiff | None:
     """The hunks of a diff an edit tool's output shows of the edit it applied (``@@ -37,10 +37,14 @@``,
-    then context, ``-`` and ``+`` lines, up to the first other line): (ops, where each hunk starts),
-    or None when it shows no removed or added line."""
+    then context, ``-`` and ``+`` lines, up to the first other line), or None when it shows no
+    removed or added line. A note that the diff is cut short is no line of it."""
     lines = output.splitlines()
+    kept = [line for line in lines if not _CUT_SHORT.match(line)]
+    cut, lines = len(kept) < len(lines), kept
     first = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
     # a first hunk shown without its ``@@`` line, the later ones with theirs
     ops: list[Op] = _headless_diff("\n".join(lines[:first]))
@@ -41,7 +54,7 @@ def shown_diff(output: str) -> tuple[tuple[Op, ...], tuple[int, ...]] | None:
             inside = False  # the fence or the words after the diff
     if not any(op != " " for op, _ in ops):
         return None
-    return tuple(ops), tuple(hunks)
+    return ShownDiff(tuple(ops), tuple(hunks), cut)
 
 
 def _headless_diff(output: str) -> list[Op]:

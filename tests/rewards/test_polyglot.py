@@ -946,7 +946,18 @@ def test_an_edit_tools_diff_whose_first_hunk_has_no_header():
         "     attr_reader :zip\n+    LIMIT = 3\n \n     def x\n"
         "@@\n-      y\n+      y + LIMIT\n     end\n"
     )
-    ops, hunks = shown_diff(shown)
+    ops, hunks, cut = shown_diff(shown)
     assert [x for op, x in ops if op == "+"] == ["    LIMIT = 3", "      y + LIMIT"]
     assert [x for op, x in ops if op == "-"] == ["      y"]
     assert hunks == (0, 4)  # (the blank line after the introduction is no context)
+    assert not cut
+
+
+def test_an_edit_tools_note_that_its_diff_is_cut_short_is_no_line_of_it():
+    from rewards.trace.patch import shown_diff
+
+    shown = "Edited src/range.rs:\n@@ -58,3 +58,9 @@\n     }\n+\n+    fn caret(&self) -> bool {\n+ ... (+6 lines)\n"
+    ops, hunks, cut = shown_diff(shown)
+    assert ops == ((" ", "    }"), ("+", ""), ("+", "    fn caret(&self) -> bool {"))
+    assert cut and hunks == (0,)
+    assert shown_diff(shown.replace("+ ... (+6 lines)\n", "")).cut is False
