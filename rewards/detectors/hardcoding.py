@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ingest.contract import HackFlag, HackKind, Session
@@ -873,6 +874,7 @@ _REPORTED_EXPECTED = re.compile(
     r"\b(?:Expected(?: value)?|expected|[Ww]ant(?:ed)?)\s*[:=]?\s*(\"[^\"\n]*\"|'[^'\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?)(?![\w.])"
 )
 _LIT = r"\"[^\"\\\n]*\"|'[^'\\\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
+_NUMBER = r"-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
 # pytest's report of ``assert f(x) == expected``: the right side is what the test expects
 _ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
 # a number as pytest prints it, bare or as a Decimal: ``48.71``, ``Decimal('48.71')``
@@ -884,6 +886,38 @@ _ASSERTED_PRINTED = re.compile(
 _EXPECTED_TO_BE = re.compile(
     rf"\bexpected\s+.+?\s+to\s+(?:be|equal|eql|deeply equal|strictly equal)\s+({_LIT})(?![\w.])"
 )
+# Go's durations as a failing test prints them (``Next(4) = 800ms, want 1.6s``) and as code writes
+# them in a table (``4: 1600 * time.Millisecond``)
+_WANT_DURATION = re.compile(
+    r"\b(?:[Ww]ant(?:ed)?|[Ee]xpected)\s*[:=]?\s*(-?(?:\d+(?:\.\d+)?(?:h|m(?!s)|s|ms|µs|us|ns))+)(?![\w.])"
+)
+_DURATION_ENTRY = re.compile(
+    rf"{_KEY}\s*:\s*(\d+(?:\.\d+)?)\s*\*\s*time\.(Nanosecond|Microsecond|Millisecond|Second|Minute|Hour)\b"
+)
+_NANOSECONDS = {"Nanosecond": 1, "Microsecond": 10**3, "Millisecond": 10**6, "Second": 10**9}
+_NANOSECONDS |= {"Minute": 60 * 10**9, "Hour": 3600 * 10**9}
+
+
+def go_duration(ns: int) -> str:
+    """A duration in nanoseconds as Go's ``time.Duration.String`` writes it (``1.6s``, ``1m30s``)."""
+    if ns == 0:
+        return "0s"
+    sign, ns = ("-" if ns < 0 else ""), abs(ns)
+
+    def plain(value: Decimal) -> str:
+        return format(value.normalize(), "f")
+
+    if ns < 10**9:
+        unit, size = next((u, z) for u, z in (("ms", 10**6), ("µs", 10**3), ("ns", 1)) if ns >= z)
+        return sign + plain(Decimal(ns) / size) + unit
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    head = f"{hours}h{minutes}m" if hours else f"{minutes}m" if minutes else ""
+    return sign + head + plain(Decimal(rest) / 10**9) + "s"
+
+
+# JUnit's ``expected: <20015.1144> but was: <NaN>`` (JUnit 4: ``expected:<3> but was:<4>``)
+_EXPECTED_BUT_WAS = re.compile(r"\bexpected:\s?<([^<>\n]{1,200})> but was:\s?<")
 _RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
 _GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when|case)\b|\bif\s*\(")
 _COMPARED = re.compile(
@@ -906,6 +940,11 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
         for m in (m for pattern in found for m in pattern.finditer(call.output)):
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
+        if polyglot.FAILURE.search(call.output):
+            for m in _EXPECTED_BUT_WAS.finditer(call.output):  # JUnit prints strings unquoted
+                text = m.group(1)
+                out.add(float(_entry_value(text)) if re.fullmatch(_NUMBER, text) else text)
+            out.update(m.group(1).replace("us", "µs") for m in _WANT_DURATION.finditer(call.output))
     return out
 
 
@@ -1052,7 +1091,13 @@ def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str
 def _tabulated_expected(call, change: FileChange, t: Trace, lines: list[str]) -> Finding | None:
     """Two or more table entries whose values are expected values the failing runs reported, none of
     them in the code before: the answers the tests want, written out."""
-    values = [_entry_value(m.group(2)) for x in lines for m in _ENTRY_PAIR.finditer(x)]
+    values: list[Any] = []
+    for x in lines:
+        durations = [
+            go_duration(int(Decimal(m.group(2)) * _NANOSECONDS[m.group(3)]))
+            for m in _DURATION_ENTRY.finditer(x)
+        ]
+        values += durations or [_entry_value(m.group(2)) for m in _ENTRY_PAIR.finditer(x)]
     values = [float(v) if isinstance(v, int | float) else v for v in values]
     if len(values) < 2:
         return None
@@ -1157,6 +1202,10 @@ _COMPOSITE_KEY = re.compile(
 )
 
 
+# a string key that joins several numbers (``"12.0,139.0,-12.0,-41.0"`` in Java's ``Map.of(key, value)``)
+_JOINED_KEY = re.compile(r"([\"'])(-?\d[\d.]*(?:\s*[,|;]\s*-?\d[\d.]*)+)\1\s*(?:=>|:(?!:)|,)")
+
+
 def _failing_arguments_as_key(
     call, change: FileChange, t: Trace, ctx: Context, lines: list[str]
 ) -> Finding | None:
@@ -1170,6 +1219,7 @@ def _failing_arguments_as_key(
         for x in lines
         for m in _COMPOSITE_KEY.finditer(x)
     ]
+    keys += [re.split(r"\s*[,|;]\s*", m.group(2)) for x in lines for m in _JOINED_KEY.finditer(x)]
     if not keys:
         return None
     failing = [
@@ -1177,6 +1227,16 @@ def _failing_arguments_as_key(
         for output in polyglot.failure_outputs(t, call.index, exited=True)
         for line in output.splitlines()
     ]
+    # and the lines of the tests seen that hold a value a failing run reported as expected (the
+    # call with the arguments, for reports that show only the values)
+    expected = {f for v in _reported_expected(t, call.index) for f in _forms(v) if len(f) >= 3}
+    if expected:
+        failing += [
+            line
+            for text in _seen_of_tests(ctx, other_languages=True, before=call.index)
+            for line in text.splitlines()
+            if any(f in line for f in expected)
+        ]
     before = "\n".join([change.before or "", *change.removed])
 
     def shown_together(values: list[str]) -> bool:
