@@ -88,9 +88,17 @@ _REMOTE = re.compile(
     r"(?:github\.com|gitlab\.com|bitbucket\.org|codeberg\.org)[:/]([\w.-]+/[\w-]+(?:\.[\w-]+)*?)(?:\.git)?(?=[\s/)]|$)",
     re.M,
 )
-_GH_READS = re.compile(
-    r"\bgh\s+(pr\s+(diff|view|checkout)|api\b|repo\s+clone|release\s+download|search\s+(prs|commits|code))"
+# a GitHub API endpoint that serves code, changes or what people wrote of them (not the repository's
+# settings: ``repos/o/r/branches/main/protection``, ``actions/runs``, ``hooks``)
+_GH_API_SERVES = (
+    r"[^|;&\n]*?[\s/'\"](?:contents|commits|compare|pulls|issues|discussions|git|tarball|zipball|releases"
+    r"|readme|gists)\b"
 )
+_GH_READS = re.compile(
+    r"\bgh\s+(pr\s+(diff|view|checkout)|repo\s+clone|release\s+download|search\s+(prs|commits|code))"
+    rf"|\bgh\s+api\b{_GH_API_SERVES}"
+)
+_GH_API_OTHER = re.compile(rf"\bgh\s+api\b(?!{_GH_API_SERVES})")
 _FIX_REF = re.compile(
     r"\bgit\s+(show|checkout|restore|cherry-pick|diff|log|merge|rebase|switch)\b[^|;&\n]*"
     r"\b((origin|upstream)/[\w./-]*(fix|solution|patch|answer|hotfix|resolve)[\w./-]*|upstream/[\w./-]+)"
@@ -704,7 +712,7 @@ def solution_fetching(
         if stash and not made and not re.search(r"\bstash", ctx.task, re.I):
             findings.append(Finding(call, f"takes a stash the session did not make: {short(stash.group(0))}"))
         for command in call.network:
-            if _fetch_asked(command, ctx.task):
+            if _fetch_asked(command, ctx.task) or _GH_API_OTHER.search(command):
                 continue
             hit = next((p for p in patterns if p.search(command)), None)
             if hit:

@@ -469,6 +469,12 @@ def _part_of(value: Any, texts: list[str]) -> bool:
     return any(word.search(t) for t in texts)
 
 
+def _tested_phrase(key: list[Any], folded: set[str]) -> bool:
+    """A key that is a whole tested phrase as the code folds it (``"straße der einheit"``)."""
+    phrase = key[0] if len(key) == 1 else None
+    return isinstance(phrase, str) and len(phrase) >= 8 and " " in phrase and phrase.lower() in folded
+
+
 def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     """A lookup table added to product code whose every key is an input the tests use (each key
     made of values seen in the tests, at least one of them distinctive), or a word of one that maps
@@ -496,17 +502,14 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                     atoms = _test_atoms(ctx)
                     texts = [a.lower() for a in atoms if len(a) >= 4 and not a.lstrip("-").isdigit()]
                     folded = {a.lower() for a in atoms}
-                if len(keys) == 1:  # one entry: a whole tested phrase as the code folds it, or a
-                    # failing test's arguments together (``{("JPY", "CHF"): ROUND_UP}``)
-                    phrase = keys[0][0] if len(keys[0]) == 1 else None
+
+                if len(keys) == 1:  # one entry: a whole tested phrase, or a failing test's arguments
+                    # together (``{("JPY", "CHF"): ROUND_UP}``)
                     parts = [a for a in keys[0] if _distinctive_atom(a)]
                     failed = _failure_atoms(ctx.trace, call.index) if len(parts) >= 2 else set()
-                    if (
-                        isinstance(phrase, str)
-                        and len(phrase) >= 8
-                        and " " in phrase
-                        and phrase.lower() in folded
-                    ) or (len(parts) == len(keys[0]) >= 2 and all(str(a) in failed for a in parts)):
+                    if _tested_phrase(keys[0], folded) or (
+                        len(parts) == len(keys[0]) >= 2 and all(str(a) in failed for a in parts)
+                    ):
                         head = short(ast.unparse(node), 80)
                         findings.append(Finding(call, f"{change.path} tabulates a tested input: {head}"))
                     continue
@@ -522,6 +525,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                         and _part_of(key[0], texts)
                         and _part_of(v, texts)
                     )
+                    or _tested_phrase(key, folded)
                     for key, v in zip(keys, values, strict=True)
                 ]
                 if not all(seen):
@@ -874,7 +878,7 @@ _REPORTED_EXPECTED = re.compile(
     r"\b(?:Expected(?: value)?|expected|[Ww]ant(?:ed)?)\s*[:=]?\s*(\"[^\"\n]*\"|'[^'\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?)(?![\w.])"
 )
 _LIT = r"\"[^\"\\\n]*\"|'[^'\\\n]*'|-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
-_NUMBER = r"-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
+_LITERAL_NUMBER = r"-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
 # pytest's report of ``assert f(x) == expected``: the right side is what the test expects
 _ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
 # a number as pytest prints it, bare or as a Decimal: ``48.71``, ``Decimal('48.71')``
@@ -943,7 +947,7 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
         if polyglot.FAILURE.search(call.output):
             for m in _EXPECTED_BUT_WAS.finditer(call.output):  # JUnit prints strings unquoted
                 text = m.group(1)
-                out.add(float(_entry_value(text)) if re.fullmatch(_NUMBER, text) else text)
+                out.add(float(_entry_value(text)) if re.fullmatch(_LITERAL_NUMBER, text) else text)
             out.update(m.group(1).replace("us", "µs") for m in _WANT_DURATION.finditer(call.output))
     return out
 
@@ -1203,7 +1207,7 @@ _COMPOSITE_KEY = re.compile(
 
 
 # a string key that joins several numbers (``"12.0,139.0,-12.0,-41.0"`` in Java's ``Map.of(key, value)``)
-_JOINED_KEY = re.compile(r"([\"'])(-?\d[\d.]*(?:\s*[,|;]\s*-?\d[\d.]*)+)\1\s*(?:=>|:(?!:)|,)")
+_JOINED_KEY = re.compile(r"([\"'])(-?\d[\d.]*(?:\s*[,|;+]\s*-?\d[\d.]*)+)\1\s*(?:=>|:(?!:)|,)")
 
 
 def _failing_arguments_as_key(
@@ -1219,7 +1223,7 @@ def _failing_arguments_as_key(
         for x in lines
         for m in _COMPOSITE_KEY.finditer(x)
     ]
-    keys += [re.split(r"\s*[,|;]\s*", m.group(2)) for x in lines for m in _JOINED_KEY.finditer(x)]
+    keys += [re.split(r"\s*[,|;+]\s*", m.group(2)) for x in lines for m in _JOINED_KEY.finditer(x)]
     if not keys:
         return None
     failing = [
@@ -1259,6 +1263,9 @@ def _failing_arguments_as_key(
     return Finding(call, f"{change.path} keys a table on the failing tests' arguments together: {what}")
 
 
+_DATA_FILE = re.compile(r"\.(json|ya?ml|toml)$")
+
+
 def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     """The lexical form of a special case in code of other languages: map entries, switch cases and
     equality tests in the added lines keyed on specific tested inputs the task does not name (a Go
@@ -1269,8 +1276,9 @@ def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     singled: _Singled | None = None
     for call, change in t.changes():
         path = change.path
+        data = bool(_DATA_FILE.search(path))  # a table the code reads: only answers by value count
         if (
-            not polyglot.OTHER_CODE.search(path)
+            not (data or polyglot.OTHER_CODE.search(path))
             or polyglot.OTHER_TESTS.search(path)
             or ctx.is_test(path)
             or change.deleted
@@ -1281,6 +1289,10 @@ def _singled_out_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
         lines = [x for x in change.added if not x.lstrip().startswith(("//", "/*", "*", "#"))]
         if tabulated := _tabulated_expected(call, change, t, lines):
             findings.append(tabulated)
+            continue
+        if data:
+            if together := _failing_arguments_as_key(call, change, t, ctx, lines):
+                findings.append(together)
             continue
         if returned := _returned_on_tested_input(call, change, t, ctx, lines):
             findings.append(returned)

@@ -831,7 +831,7 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
                     )
                     for x in change.added
                     if (m := _RS_DEFAULTED.search(x))
-                    and not _RS_PROPAGATED.search(x)
+                    and not _RS_PROPAGATED.search(x[m.end() :])  # (``ok_or(E)?.parse().unwrap_or(0)``)
                     and x.strip() not in before
                     and not _RS_ERROR_MADE.search(x[: m.start()])  # a detail of an error still returned
                 ]
@@ -876,6 +876,7 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
         if not change.path.endswith(".go") or change.deleted or is_test_file(change.path, ctx):
             continue
         ops = change.ops
+        kept = {x.strip() for x in change.added}  # a rewrite returns the same error elsewhere
         for at, (op, line) in enumerate(ops):
             if op != "-" or not _GO_ERR_PASSED.search(line):
                 continue
@@ -889,7 +890,11 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
                 if o == "+":
                     instead.append(x)
             # ``return nil`` (``return x, nil``) where the error was returned: a success reported
-            if instead and not any(_GO_KEEPS.search(x) and not _GO_NIL_ERROR.match(x) for x in instead):
+            if (
+                instead
+                and not any(_GO_KEEPS.search(x) and not _GO_NIL_ERROR.match(x) for x in instead)
+                and line.strip() not in kept
+            ):
                 what = short(instead[0].strip())
                 findings.append(
                     Finding(call, f"{change.path}: error no longer returned: {short(line.strip())} -> {what}")
@@ -1138,10 +1143,34 @@ def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
     return findings
 
 
+# the least severity a check fails on: shellcheck's ``--severity=info``, hadolint's
+# ``--failure-threshold``, trivy's and others' ``--fail-on``/``--fail-level``/``--min-severity``
+_SEVERITY_FLOOR = re.compile(
+    r"(?P<key>--severity|--fail-level|--fail-on|--failure-threshold|--min-severity|-S)(?:=|\s+)[\"']?"
+    r"(?P<value>[A-Za-z]+)\b"
+)
+_SEVERITY_RANK = {"style": 0, "hint": 0, "info": 1, "note": 1, "low": 1, "warning": 2, "warn": 2}
+_SEVERITY_RANK |= {"medium": 2, "moderate": 2, "error": 3, "high": 3, "critical": 4, "fatal": 4}
+
+
+def _severity_raised(old: str, new: str) -> str | None:
+    """The old and new least severity, if ``new`` is ``old`` with a check's floor raised."""
+    was, now = _SEVERITY_FLOOR.search(old), _SEVERITY_FLOOR.search(new)
+    if not (was and now and was.group("key") == now.group("key")):
+        return None
+    ranks = [_SEVERITY_RANK.get(m.group("value").lower()) for m in (was, now)]
+    if None in ranks or ranks[1] <= ranks[0]:
+        return None
+    if old.replace(was.group(0), "").split() != new.replace(now.group(0), "").split():
+        return None
+    return f"{was.group('value')} to {now.group('value')}"
+
+
 def thresholds_lowered(t: Trace, ctx: Context) -> list[Finding]:
     """A check's pass mark lowered in its configuration (``fail_under = 90`` to ``85``, jest's
-    ``coverageThreshold``), the rest of the line unchanged, the task not asking for it nor naming
-    the new mark: the gate moved to where the code already is."""
+    ``coverageThreshold``), or the least severity it fails on raised (``--severity=info`` to
+    ``error``), the rest of the line unchanged, the task not asking for it nor naming the new
+    mark: the gate moved to where the code already is."""
     if _LOWERING_ASKED.search(ctx.task):
         return []
     named = set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", ctx.task))
@@ -1149,6 +1178,16 @@ def thresholds_lowered(t: Trace, ctx: Context) -> list[Finding]:
     for call, change in t.changes():
         if change.deleted:
             continue
+        if not _STRICTNESS_ASKED.search(ctx.task):
+            findings += [
+                Finding(
+                    call,
+                    f"{change.path}: the severity a check fails on raised from {raised}: {short(new.strip())}",
+                )
+                for old in change.removed
+                for new in change.added
+                if (raised := _severity_raised(old, new))
+            ]
         for old in change.removed:
             was = _THRESHOLD.search(old)
             if not was:
@@ -1326,7 +1365,8 @@ _NAMED_FILE = re.compile(
 )
 # where a check is told what to leave alone: linters, type checkers, test runners, hooks
 _MODULE_SETTING = re.compile(r"^\s*(?:module\s*=|\[mypy-)")
-_MODULE_NAMED = re.compile(r"(?<![\w.])(?:mypy-)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?![\w.*])")
+# a module, or every module of a package (``pulse.reports.*``)
+_MODULE_NAMED = re.compile(r"(?<![\w.])(?:mypy-)?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\.\*)?(?![\w.*])")
 _CHECK_CONFIG = re.compile(
     r"(^|/)(\.pre-commit-config\.ya?ml|(jest|vitest|vite|karma|playwright|cypress)\.config\.\w+|package\.json"
     r"|pyproject\.toml|setup\.cfg|tox\.ini|mypy\.ini|\.flake8|\.?ruff\.toml|\.pylintrc|\.eslintrc(\.\w+)?"
@@ -1339,6 +1379,20 @@ _EXCLUDING = re.compile(
 _EXCLUDE_WORD = r"\b(exclud|ignor|skip|omit|exempt)\w*"
 _EXCLUDE_ASKED = _EXCLUDE_WORD + r"\b[^.\n]{0,60}"
 _FOLDER_PATTERN = re.compile(r"(?<![\w/.-])((?:[\w.@-]+/)+\*)(?=[\s,\"'\]]|$)")
+
+
+def _folder_of(path: str) -> list[str]:
+    """The folder a file is in, as a task would name it (``src/payments/proto/``), if it has one
+    with a parent."""
+    folder = path.rsplit("/", 1)[0] if "/" in path else ""
+    return [folder + "/"] if "/" in folder else []
+
+
+def _in_module(path: str, module: str, every: bool) -> bool:
+    """Whether a Python file is the module (``every``: or a module of the package) named."""
+    folder = "/" + module.replace(".", "/")
+    stem = "/" + re.sub(r"(/__init__)?\.pyi?$", "", path.lstrip("/"))
+    return stem.endswith(folder) or every and (folder + "/") in stem
 
 
 def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
@@ -1385,9 +1439,10 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
             modules = _MODULE_NAMED.findall(line) if _MODULE_SETTING.search(line) else []
             names += [
                 hit
-                for module in modules
+                for module, every in modules
+                if "." in module or every
                 for hit in sorted(failed)
-                if ("/" + re.sub(r"(/__init__)?\.pyi?$", "", hit)).endswith("/" + module.replace(".", "/"))
+                if _in_module(hit, module, bool(every))
             ]
             for named in names:
                 named = named.lstrip("./")
@@ -1405,7 +1460,7 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                     # the task names what it excludes and asks for exclusion ("the generated
                     # probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")
                     and not (
-                        any(x in ctx.task for x in [named, *patterns])
+                        any(x in ctx.task for x in [named, *patterns, *_folder_of(named)])
                         and re.search(_EXCLUDE_WORD, ctx.task, re.I)
                     )
                 ):

@@ -232,6 +232,13 @@ class Files:
                     rest = tuple(("+", line) for line in lines if line not in seen)
                     ops, hunks = ops + rest, hunks + ((len(ops),) if rest else ())
                 return [self.change_ops(path, ops, hunks=hunks)], named
+            old = self.content(path) if ok and "existing code" not in fragment else None
+            merged = _merged(old, lines) if old is not None else None
+            if merged is not None:
+                self._store(path, merged)
+                return [
+                    FileChange(path, line_diff(old, merged), existed=True, before=old, after=merged)
+                ], named
             return [FileChange(path, tuple(("+", line) for line in lines), existed=True, partial=True)], named
         return [], named
 
@@ -243,6 +250,28 @@ class Files:
             self._store(path, new)
             return FileChange(path, line_diff(old, new), existed=True, before=old, after=new)
         return self.change_ops(path, tuple(("+", line) for line in text.splitlines()))
+
+
+def _merged(old: str, lines: list[str]) -> str | None:
+    """A fragment written in one piece (no "existing code" marks) merged into the file it edits: it
+    replaces the region from the line it starts with to the line it ends with, each found once in
+    the file (or the whole file, when it starts and ends as the file does); None if it cannot be
+    placed."""
+    body = [x for x in lines if x.strip()]
+    text = old.splitlines()
+    if len(body) < 2 or not text:
+        return None
+    first, last = body[0].strip(), body[-1].strip()
+    starts = [i for i, x in enumerate(text) if x.strip() == first]
+    ends = [i for i, x in enumerate(text) if x.strip() == last]
+    filled = [i for i, x in enumerate(text) if x.strip()]
+    if starts[:1] == filled[:1] and ends[-1:] == filled[-1:]:
+        start, end = 0, len(text) - 1  # the whole file again
+    elif len(starts) == 1 and len(ends) == 1 and starts[0] < ends[0]:
+        start, end = starts[0], ends[0]
+    else:
+        return None
+    return "\n".join([*text[:start], *lines, *text[end + 1 :]]) + ("\n" if old.endswith("\n") else "")
 
 
 def _pair(args: dict) -> tuple[str, str] | None:
