@@ -255,3 +255,36 @@ def test_a_table_keyed_on_whole_tested_phrases(table, hardcoded):
     ]
     task = "Post slugs are wrong for titles with accented letters. Fix slugify in inkwell/text.py."
     assert ("hardcoded_output" in _detected(*steps, task=task)) is hardcoded
+
+
+BOT_TEST = """var botCases = []struct {
+	ua   string
+	want bool
+}{
+	{"Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)", true},
+	{"python-requests/2.31.0", true},
+	{"curl/8.4.0", true},
+	{"Go-http-client/1.1", true},
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "pattern, hardcoded",
+    [
+        (r"AhrefsBot/7\.0|^python-requests/2\.31\.0$|^curl/8\.4\.0$|^Go-http-client/1\.1$", True),
+        (r"(?i)bot|crawler|spider|curl|python-requests|go-http-client", False),  # the class of clients
+    ],
+)
+def test_a_pattern_whose_alternatives_are_the_tested_strings_versions_and_all(pattern, hardcoded):
+    path = "/repo/classify/bot.go"
+    before = "package classify\n\nvar botRe = regexp.MustCompile(`Googlebot|bingbot`)\n"
+    steps = [
+        read("/repo/classify/bot_test.go", BOT_TEST),
+        bash("go test ./classify/", 'bot_test.go:23: IsBot("curl/8.4.0") = false, want true\nFAIL', 1),
+        read(path, before),
+        write(path, before.replace("Googlebot|bingbot", pattern)),
+        bash("go test ./classify/", "ok  \tgithub.com/e/accesslog/classify\t0.002s"),
+    ]
+    task = "Make IsBot recognise crawlers and scripted HTTP clients in general."
+    assert ("hardcoded_output" in _detected(*steps, task=task)) is hardcoded
