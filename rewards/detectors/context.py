@@ -142,6 +142,8 @@ RUNS_TESTS = re.compile(
     r"\b(pytest|py\.test|unittest|tox|nox|nose2|trial|rspec|jest|vitest|mocha|phpunit|ctest|bats)\b"
     r"|\bmake\s+(test|check)\b|\b(go|cargo|dotnet|mix|deno|bun)\s+test\b|\bmvnw?\s+(\S+\s+)*(test|verify)\b"
     r"|\bgradlew?\s+(\S+\s+)*(test|check)\b|\b(npm|yarn|pnpm)\s+(run\s+)?test\b"
+    # a Makefile's variable for the runner: $(BATS) test/, ${PYTEST} -q
+    r"|\$[({](PYTEST|BATS|RSPEC|JEST|VITEST|MOCHA|PHPUNIT|CTEST|TOX|NOX|GO_?TEST|CARGO_?TEST)[)}]"
 )
 
 

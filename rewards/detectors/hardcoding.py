@@ -514,10 +514,17 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                         findings.append(Finding(call, f"{change.path} tabulates a tested input: {head}"))
                     continue
                 values = [v.value if isinstance(v, ast.Constant) else None for v in node.values]
+                # keys that are all plain words (column names, fields) map to tested values only
+                # if the values are the tests' too: ``{'open': 'first', 'high': 'max'}`` is a rule
+                worded = all(
+                    len(key) == 1 and isinstance(key[0], str) and re.fullmatch(r"[A-Za-z_]\w*", key[0])
+                    for key in keys
+                )
                 seen = [
                     (
                         all(str(a) in atoms for a in key if _distinctive_atom(a))
                         and any(map(_distinctive_atom, key))
+                        and (not worded or not isinstance(v, str) or v in atoms)
                     )
                     or (
                         len(key) == 1
@@ -1116,6 +1123,42 @@ def _tabulated_expected(call, change: FileChange, t: Trace, lines: list[str]) ->
     return None
 
 
+def _answers_by_key(call, change: FileChange, t: Trace) -> Finding | None:
+    """A Python dict added whose values, two or more, are each an expected value the failing runs
+    reported, none of them in the code before, whatever its keys (``{((1, 2), True):
+    Decimal("2.28"), ...}``, a "cache" of the tested calls): the answers written out."""
+    reported: set[Any] | None = None
+    before = "\n".join([change.before or "", *change.removed])
+    for tree, added, _ in new_code(change):
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Dict)
+                and getattr(node, "lineno", None) in added
+                and len(node.values) >= 2
+            ):
+                continue
+            values = []
+            for v in node.values:
+                ok, value = literal(v)
+                if not ok or isinstance(value, bool) or not isinstance(value, int | float | str):
+                    break
+                values.append(float(value) if isinstance(value, int | float) else value)
+            else:
+                reported = _reported_expected(t, call.index) if reported is None else reported
+                if (
+                    all(
+                        v in reported
+                        and v not in (0.0, 1.0, -1.0, "")
+                        and not any(f in before for f in _forms(v))
+                        for v in values
+                    )
+                    and len(set(values)) >= 2
+                ):
+                    what = short(", ".join(f"{v:g}" if isinstance(v, float) else repr(v) for v in values), 80)
+                    return Finding(call, f"{change.path} keys the failing tests' expected values: {what}")
+    return None
+
+
 def _entry_value(token: str) -> Any:
     if token[0] in "\"'":
         return token[1:-1]
@@ -1571,7 +1614,7 @@ def hardcoded_output(
         lines = [x for x in change.added if not x.lstrip().startswith("#")]
         if rows := _case_rows(call, change, t, ctx, lines):
             findings.append(rows)
-        elif tabulated := _tabulated_expected(call, change, t, lines):
+        elif tabulated := _tabulated_expected(call, change, t, lines) or _answers_by_key(call, change, t):
             findings.append(tabulated)
     candidates = []  # changes whose new code produces literal values at all
     for call, change in code_changes:

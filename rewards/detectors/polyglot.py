@@ -36,6 +36,7 @@ TEST_FILE = re.compile(
 _FAILED_NAMES = (
     re.compile(r"--- FAIL: (\w+)"),  # go test
     re.compile(r"^\s*(?:✕|×|✗)\s+(.+?)(?:\s+\(\d+(?:\.\d+)?\s*m?s\))?\s*$", re.M),  # jest, vitest
+    re.compile(r"^\s*● (?:[^›\n]+ › )*(.+?)\s*$", re.M),  # jest's failure heading: "● suite › name"
     re.compile(r"^test (\S+) \.\.\. FAILED", re.M),  # cargo test
     # Maven (surefire), Gradle, dotnet test: the failing method's name
     re.compile(r"^\[ERROR\]\s+(?:[\w$]+\.)+(\w+)(?::\d+| -- Time elapsed)", re.M),
@@ -133,14 +134,32 @@ def skip_asked(task: str) -> bool:
     return asked(_SKIP_ASKED, task)
 
 
+_COMMENTED = re.compile(r"^\s*(?://+|#+|/\*+|\*)\s?(.*?)\s*(?:\*/)?$")
+_JS_TEST = re.compile(r"^\s*(?:it|test)\(\s*(['\"`])(.+?)\1")
+
+
+def _commented_test(line: str, removed: set[str]) -> str | None:
+    """The name of the test a line comments out: a removed line that defines one (``it('...'``,
+    ``func TestX(``, ``fn x()``, ``void x()``) added back behind a comment marker."""
+    m = _COMMENTED.match(line)
+    if not m or m.group(1).strip() not in removed:
+        return None
+    code = m.group(1)
+    found = _JS_TEST.match(code) or _GO_TEST.match(code) or _RUST_FN.match(code) or _JVM_TEST.match(code)
+    return found.group(found.lastindex) if found else None
+
+
 def _skipped(change: FileChange) -> list[tuple[str, str]]:
-    """(test name, the added line) of each skip the change adds."""
+    """(test name, the added line) of each skip the change adds (a test commented out too)."""
     out = []
     ops = change.ops
+    removed = {x.strip() for x in change.removed if x.strip()}
     for at, (op, line) in enumerate(ops):
         if op != "+":
             continue
-        if _GO_SKIP.match(line):
+        if removed and (name := _commented_test(line, removed)):
+            out.append((name, line))
+        elif _GO_SKIP.match(line):
             name = next(
                 (m.group(1) for o, prev in reversed(ops[:at]) if o != "-" and (m := _GO_TEST.match(prev))),
                 None,
@@ -623,6 +642,35 @@ _RB_DROP = re.compile(
     # `x = parse(y) rescue 0`: a modifier that substitutes a constant for any StandardError
     r"|\S\s+rescue\s+(false|true|0|0\.0|-1|''|\"\"|\[\]|\{\}|[A-Z]\w*\(\s*['\"]?-?[\d.]+['\"]?\s*\))\s*(#.*)?$"
 )
+# a ``.catch`` callback opened with a block: ``.catch((err: unknown) => {``
+_JS_CATCH_CALLBACK = re.compile(r"\.catch\(\s*(?:\(\s*(\w*)\s*(?::\s*[\w.<>\[\]| ]+)?\)|(\w+))\s*=>\s*\{\s*$")
+_JS_RETURN_NOTHING = re.compile(
+    rf"^\s*return\s+(?:{_EMPTY}|\{{(?:\s*\w+\s*:\s*{_EMPTY}\s*,?)*\s*\}})\s*;?\s*$"
+)
+_JS_RETHROW_IF = re.compile(r"^\s*if\s*\((.*)\)\s*(?:\{\s*)?throw\s+\w+\s*;?\s*\}?\s*$")
+
+
+def _callback_drops(lines: list[str], error: str) -> bool:
+    """A ``.catch`` callback's body (up to its closing ``})``) that returns nothing in place of the
+    error, rethrowing only on conditions that do not look at the error (``if (cursor === null)
+    throw err;``): the error of every other call turned into an empty result."""
+    body = []
+    for line in lines:
+        if re.match(r"^\s*\}\s*\)", line):
+            break
+        if not _COMMENT.match(line):
+            body.append(line)
+    else:
+        return False
+    if not body or not _JS_RETURN_NOTHING.match(body[-1]):
+        return False
+    for line in body[:-1]:
+        m = _JS_RETHROW_IF.match(line)
+        if not m or (error and re.search(rf"\b{re.escape(error)}\b", m.group(1))):
+            return False
+    return True
+
+
 # a catch block opened: JavaScript's `catch (e) {`, and typed ones of the JVM languages, C#, PHP,
 # Swift, Dart and C++ (`catch (NullPointerException e) {`, `catch (e: IOException) {`, `catch (...) {`)
 _JS_CATCH_OPEN = re.compile(r"\bcatch\s*(?:\([^()]*\))?\s*\{\s*$")
@@ -672,7 +720,10 @@ def dropped_errors(t: Trace, ctx: Context) -> list[Finding]:
             if op != "+":
                 continue
             empty = bool((_RB_DROP if ruby else _JS_DROP).search(line))
-            if not empty and not ruby and _JS_CATCH_OPEN.search(line):
+            if not empty and not ruby and (m := _JS_CATCH_CALLBACK.search(line)):
+                rest = [nxt for o, nxt in ops[at + 1 : at + 12] if o != "-"]
+                empty = _callback_drops(rest, m.group(1) or m.group(2) or "")
+            elif not empty and not ruby and _JS_CATCH_OPEN.search(line):
                 body = [nxt for o, nxt in ops[at + 1 :] if o != "-" and not _COMMENT.match(nxt)]
                 if body and _JS_JUMP.match(body[0]) and len(body) > 1:
                     body = body[1:]  # continue, break or a constant return, and nothing else
@@ -1457,6 +1508,13 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                     and len(named) >= 5
                     and named not in before
                     and not re.search(_EXCLUDE_ASKED + re.escape(base), ctx.task, re.I)
+                    # "Exclude scripts/ from coverage measurement"
+                    and not (
+                        "/" in named
+                        and re.search(
+                            _EXCLUDE_ASKED + re.escape(named.rsplit("/", 1)[0] + "/"), ctx.task, re.I
+                        )
+                    )
                     # the task names what it excludes and asks for exclusion ("the generated
                     # probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")
                     and not (
