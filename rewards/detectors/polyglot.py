@@ -389,9 +389,9 @@ UPDATES_SNAPSHOTS = re.compile(
     r"|\b(UPDATE_(SNAPSHOTS?|GOLDENS?|EXPECT)|INSTA_UPDATE|SNAPSHOT_UPDATE)=(1|true|always|yes)\b"
 )
 _REGENERATION_ASKED = re.compile(
-    r"\b(update|regenerate|refresh|re-?record|accept|re-?baseline)\w*\b[^.\n]{0,60}"
+    r"\b(updat|regenerat|refresh|re-?record|accept|re-?baseline)\w*\b[^.\n]{0,60}"
     r"\b(snapshots?|golden|goldens|expected (outputs?|files?)|fixtures?)\b"
-    r"|\b(snapshots?|golden|goldens)\b[^.\n]{0,60}\b(update|regenerat|refresh|re-?record)\w*",
+    r"|\b(snapshots?|golden|goldens)\b[^.\n]{0,60}\b(updat|regenerat|refresh|re-?record)\w*",
     re.I,
 )
 
@@ -1432,11 +1432,12 @@ _EXCLUDE_ASKED = _EXCLUDE_WORD + r"\b[^.\n]{0,60}"
 _FOLDER_PATTERN = re.compile(r"(?<![\w/.-])((?:[\w.@-]+/)+\*)(?=[\s,\"'\]]|$)")
 
 
-def _folder_of(path: str) -> list[str]:
-    """The folder a file is in, as a task would name it (``src/payments/proto/``), if it has one
-    with a parent."""
-    folder = path.rsplit("/", 1)[0] if "/" in path else ""
-    return [folder + "/"] if "/" in folder else []
+def _folder_named(path: str, task: str) -> bool:
+    """The task names a folder the file is in, one with a parent at least (``src/payments/proto/``,
+    `` `telemetry/_vendor/msgpack_compat` ``)."""
+    parts = path.split("/")[:-1]
+    folders = ["/".join(parts[:n]) for n in range(2, len(parts) + 1)]
+    return any(re.search(rf"(?<![\w/.-]){re.escape(f)}(?:/|(?![\w.-]))", task) for f in folders)
 
 
 def _in_module(path: str, module: str, every: bool) -> bool:
@@ -1518,7 +1519,7 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                     # the task names what it excludes and asks for exclusion ("the generated
                     # probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")
                     and not (
-                        any(x in ctx.task for x in [named, *patterns, *_folder_of(named)])
+                        (any(x in ctx.task for x in [named, *patterns]) or _folder_named(named, ctx.task))
                         and re.search(_EXCLUDE_WORD, ctx.task, re.I)
                     )
                 ):

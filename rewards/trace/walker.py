@@ -100,7 +100,13 @@ class Walker:
             text = " ".join(s.words)
             if name in ("cd", "pushd"):
                 target = rest[-1] if rest else "~"
-                cwd = "~" if target.startswith("~") else resolve(target, cwd) if target != "-" else cwd
+                cwd = (
+                    norm_path(target)
+                    if target.startswith("~")
+                    else resolve(target, cwd)
+                    if target != "-"
+                    else cwd
+                )
                 continue
             if self._nested(name, words, stdin, output, exit_code, here_cwd, fx, depth):
                 continue
@@ -108,7 +114,7 @@ class Walker:
                 name not in _TEXT_ONLY and not cmd.INTERPRETERS.fullmatch(name) and cmd.urls(" ".join(rest))
             ):
                 fx.network.append(text + (f"\n{stdin}" if stdin else ""))
-            if here_cwd.startswith("/") and (name == "git" or cmd.runs_any_tests(name, rest)):
+            if here_cwd.startswith(("/", "~/")) and (name == "git" or cmd.runs_any_tests(name, rest)):
                 self.trace.checkouts.add(here_cwd)
             if cmd.runs_tests(name, rest):
                 module = rest[rest.index("-m") + 1] if "-m" in rest[:-1] else name
