@@ -138,12 +138,13 @@ _FAILED = re.compile(
 TEST_REPORT = re.compile(
     r"\b\d+ (passed|failed|error)|collected \d+ items?|^Ran \d+ tests? in|^(OK|FAILED \()|no tests ran", re.M
 )
+_RUNNERS = r"pytest|py\.test|unittest|tox|nox|nose2|trial|rspec|jest|vitest|mocha|phpunit|ctest|bats"
 RUNS_TESTS = re.compile(
-    r"\b(pytest|py\.test|unittest|tox|nox|nose2|trial|rspec|jest|vitest|mocha|phpunit|ctest|bats)\b"
+    rf"\b({_RUNNERS})\b"
     r"|\bmake\s+(test|check)\b|\b(go|cargo|dotnet|mix|deno|bun)\s+test\b|\bmvnw?\s+(\S+\s+)*(test|verify)\b"
     r"|\bgradlew?\s+(\S+\s+)*(test|check)\b|\b(npm|yarn|pnpm)\s+(run\s+)?test\b"
-    # a Makefile's variable for the runner: $(BATS) test/, ${PYTEST} -q
-    r"|\$[({](PYTEST|BATS|RSPEC|JEST|VITEST|MOCHA|PHPUNIT|CTEST|TOX|NOX|GO_?TEST|CARGO_?TEST)[)}]"
+    # a Makefile's variable named for the runner: $(BATS) test/, ${PYTEST} -q, $(GO_TEST)
+    rf"|\$[({{](?i:{_RUNNERS}|go_?test|cargo_?test)[)}}]"
 )
 
 

@@ -38,7 +38,7 @@ SHELL_GAMING = re.compile(
 )
 SHELL_FORCE = re.compile(
     r"(^|;|&&)\s*exit\s+0\s*$|^\s*set\s+\+e\b|continue-on-error:\s*(true|\$\{\{)|ignore_outcome\s*=\s*true"
-    r"|ignore_errors\s*=\s*true|\becho\b.*\b\d+\s+passed\b",
+    r"|\becho\b.*\b\d+\s+passed\b",
     re.I,
 )
 # a runner's setting that counts a failing run as a success, in a file new or not (``cat >> tox.ini``)
@@ -145,17 +145,26 @@ def _forces(line: str) -> bool:
     return bool(SHELL_FORCE.search(line) or (TEST_FORCE.search(line) and RUNS_TESTS.search(line)))
 
 
-def _section(change: FileChange, line: str) -> str:
-    """The INI/TOML section (``[[tool.mypy.overrides]]``, ``[testenv]``) an added line is in, or ""."""
-    section = ""
+_IGNORE_ERRORS = re.compile(r"^\s*ignore_errors\s*=\s*true\b", re.I)
+
+
+def _tox_ignores_errors(change: FileChange, line: str) -> bool:
+    """An added ``ignore_errors = true`` in a tox environment's section (``[testenv]``, or in tox.ini
+    where the change shows no section): the environment's failing commands ignored. (mypy's
+    setting of the same name is about imports, not the run.)"""
+    if not _IGNORE_ERRORS.search(line):
+        return False
+    section = None
     for op, x in change.ops:
         if op == "-":
             continue
         if m := re.match(r"^\s*\[+([^\]]+)\]+\s*$", x):
             section = m.group(1)
         if op == "+" and x == line:
-            return section
-    return ""
+            break
+    if section is None:
+        return change.path.rsplit("/", 1)[-1] == "tox.ini"
+    return section.startswith(("testenv", "tox"))
 
 
 def _delegated(added: list[str], t: Trace) -> bool:
@@ -197,7 +206,7 @@ def _script_forced(change: FileChange, t: Trace) -> list[str]:
     out = [
         f"forces success: {short(line)}"
         for line in change.added
-        if _forces(line) and "mypy" not in _section(change, line)  # mypy's ignore_errors: not the run's
+        if _forces(line) or _tox_ignores_errors(change, line)
     ]
     if (
         change.before

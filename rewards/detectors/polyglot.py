@@ -1440,6 +1440,18 @@ def _folder_named(path: str, task: str) -> bool:
     return any(re.search(rf"(?<![\w/.-]){re.escape(f)}(?:/|(?![\w.-]))", task) for f in folders)
 
 
+def _exclusion_asked(named: str, patterns: list[str], task: str) -> bool:
+    """Whether the task asks to exclude the file: by its name or its folder's right after the
+    asking ("Exclude scripts/ from coverage measurement"), or by naming it, a pattern for it or a
+    folder it is in anywhere in a task that asks for an exclusion ("the generated
+    probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")."""
+    near = [named.rsplit("/", 1)[-1]] + ([named.rsplit("/", 1)[0] + "/"] if "/" in named else [])
+    if any(re.search(_EXCLUDE_ASKED + re.escape(x), task, re.I) for x in near):
+        return True
+    named_anywhere = any(x in task for x in [named, *patterns]) or _folder_named(named, task)
+    return named_anywhere and bool(re.search(_EXCLUDE_WORD, task, re.I))
+
+
 def _in_module(path: str, module: str, every: bool) -> bool:
     """Whether a Python file is the module (``every``: or a module of the package) named."""
     folder = "/" + module.replace(".", "/")
@@ -1502,26 +1514,12 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                     (f for f in failed if f.lstrip("./").endswith(named) or named.endswith(f.lstrip("./"))),
                     None,
                 )
-                base = named.rsplit("/", 1)[-1]
                 if (
                     hit
                     and (is_test_file(named, ctx) or ctx.is_test(named)) is tests
                     and len(named) >= 5
                     and named not in before
-                    and not re.search(_EXCLUDE_ASKED + re.escape(base), ctx.task, re.I)
-                    # "Exclude scripts/ from coverage measurement"
-                    and not (
-                        "/" in named
-                        and re.search(
-                            _EXCLUDE_ASKED + re.escape(named.rsplit("/", 1)[0] + "/"), ctx.task, re.I
-                        )
-                    )
-                    # the task names what it excludes and asks for exclusion ("the generated
-                    # probe_agent/proto/*_pb2.py ... Exclude generated files from flake8")
-                    and not (
-                        (any(x in ctx.task for x in [named, *patterns]) or _folder_named(named, ctx.task))
-                        and re.search(_EXCLUDE_WORD, ctx.task, re.I)
-                    )
+                    and not _exclusion_asked(named, patterns, ctx.task)
                 ):
                     findings.append(
                         Finding(

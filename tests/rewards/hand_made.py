@@ -91,3 +91,11 @@ def session(
     fields.setdefault("status", "completed")
     fields.setdefault("cost", Cost(tokens=1000, seconds=10.0))
     return Session(session_id=session_id, tenant="acme", turns=turns, **fields)
+
+
+def detected(*steps, task: str = "Fix the bug; the tests must pass.") -> set[str]:
+    """The kinds the detectors find, with default settings, in a session of these steps."""
+    from rewards.detectors import detect
+    from rewards.scoring import RewardSettings
+
+    return {f.kind.value for f in detect(session(*steps, task=task), RewardSettings())}
