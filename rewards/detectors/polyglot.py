@@ -1341,6 +1341,8 @@ _TEST_COMMAND = re.compile(
 _LEFT_OUT = re.compile(
     r"\bgrep\s+-v\w*\s+['\"]?([^\s'\"|)]+)|--(?:exclude|ignore|skip|testPathIgnorePatterns)[=\s]+['\"]?([^\s'\"]+)"
     r"|(?<![\w-])-skip[=\s]+['\"]?([^\s'\"]+)"
+    # pytest's: a test deselected by its node id (its name counts), or by name in -k "not ..."
+    r"|--deselect[=\s]+['\"]?(?:[^\s'\"]*::)?([^\s'\"\[:]+)|(?<![\w-])-k[=\s]+['\"]?not\s+\(?([\w]+)"
 )
 _FAILED_PACKAGE = re.compile(
     r"^[ \t]*(?:FAIL|--- FAIL:)[ \t]+(\S+)", re.M
@@ -1360,7 +1362,7 @@ def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
         failed = " ".join(
             m.group(1) for c in t.calls if c.index < call.index for m in _FAILED_PACKAGE.finditer(c.output)
         )
-        failed += " " + " ".join(failing_names(t, before=call.index))
+        failed += " " + " ".join(failing_names(t, before=call.index) | ctx.failing)  # pytest's too
         before = " ".join(change.removed)
         for line in change.added:
             if not _TEST_COMMAND.search(line):
