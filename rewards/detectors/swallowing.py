@@ -703,6 +703,29 @@ def _c_value(line: str) -> str:
     return re.sub(r"\s+", "", _C_BINDS.sub("", line.strip(), count=1)).rstrip(";")
 
 
+def _braces_joined(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Lines of a C-family language with braces on lines of their own (Allman style: C#, some
+    Java and C++) joined as K&R writes them: ``try`` + ``{`` is ``try {``, ``}`` + ``catch (E)`` +
+    ``{`` is ``} catch (E) {``; an added line anywhere in a joined line makes it added."""
+    out: list[tuple[str, str]] = []
+    for op, line in lines:
+        stripped = line.strip()
+        if (
+            out
+            and stripped == "{"
+            and out[-1][1].strip()
+            and not out[-1][1].rstrip().endswith((";", "{", "}"))
+        ):
+            prev_op, prev = out.pop()
+            out.append(("+" if "+" in (op, prev_op) else prev_op, prev.rstrip() + " {"))
+        elif out and re.match(r"(catch|finally)\b", stripped) and out[-1][1].strip() == "}":
+            prev_op, prev = out.pop()
+            out.append(("+" if "+" in (op, prev_op) else prev_op, prev.rstrip() + " " + stripped))
+        else:
+            out.append((op, line))
+    return out
+
+
 def _caught_crash_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
     """JavaScript/TypeScript, the JVM languages, C#...: a ``try`` the session adds around code that
     was there before (the crash site), whose ``catch`` of the error under repair (by its type or an
@@ -720,10 +743,10 @@ def _caught_crash_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
             or polyglot.is_test_file(change.path, ctx)
         ):
             continue
-        if not ctx.inside(change.path) or not any(_TRY_OPEN.match(x) for x in change.added):
+        if not ctx.inside(change.path) or not any(re.match(r"^\s*try\b", x) for x in change.added):
             continue
         before = {_c_value(x) for op, x in change.ops if op != "+"}
-        lines = [(op, x) for op, x in change.ops if op != "-"]
+        lines = _braces_joined([(op, x) for op, x in change.ops if op != "-"])
         for at, (op, line) in enumerate(lines):
             opened = _TRY_OPEN.match(line) if op == "+" else None
             if not opened:
