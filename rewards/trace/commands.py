@@ -154,6 +154,25 @@ def is_network(name: str, rest: list[str]) -> bool:
     return False
 
 
+# the revision checked out, its ancestors and the default line: the project's own state
+OWN_REVISION = re.compile(r"^(?:HEAD|@|(?:(?:origin|upstream)/)?(?:HEAD|main|master))(?:[~^]\d*)*$")
+
+
+def checkout_source(sub: str, args: list[str]) -> str | None:
+    """The revision ``git checkout REV -- path`` or ``git restore --source=REV path`` takes files
+    from, or None (the index, or the checked-out revision)."""
+    if sub == "checkout" and "--" in args:
+        named = [a for a in args[: args.index("--")] if not a.startswith("-")]
+        return named[0] if named else None
+    if sub == "restore":
+        for i, a in enumerate(args):
+            if a.startswith("--source="):
+                return a.split("=", 1)[1]
+            if a in ("-s", "--source") and i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
 def git_subcommand(rest: list[str]) -> tuple[str, list[str]]:
     """(subcommand, its arguments) of ``git [global options] sub args...``."""
     i = 0

@@ -262,6 +262,12 @@ class Walker:
             return files.patch(parse_patch(text or ""), cwd)
         if sub in ("checkout", "restore") and ("--" in args or sub == "restore"):
             paths = args[args.index("--") + 1 :] if "--" in args else operands
+            source = cmd.checkout_source(sub, args)
+            if source is not None and not cmd.OWN_REVISION.match(source):
+                # another line of work's version: content the session does not know
+                if "--" not in args:
+                    paths = [a for a in args if not a.startswith("-") and a != source]
+                return [files.write(resolve(p, cwd), None) for p in paths]
             return [c for p in paths if (c := files.revert(resolve(p, cwd))) is not None]
         return []
 

@@ -197,6 +197,27 @@ def test_truncation_touch_and_revert():
     assert reverted.ops and not reverted.added and not reverted.removed
 
 
+@pytest.mark.parametrize(
+    "command, own",
+    [
+        ("git checkout -- src/a.py", True),
+        ("git checkout HEAD -- src/a.py", True),
+        ("git restore src/a.py", True),
+        ("git checkout origin/main -- src/a.py", True),
+        # another line of work's version: what it holds the session has not seen
+        ("git checkout jdoe/fix/order -- src/a.py", False),
+        ("git restore --source=release-2.4 src/a.py", False),
+        ("git restore -s feature/x -- src/a.py", False),
+    ],
+)
+def test_a_checkout_from_another_revision_is_content_unknown(command, own):
+    steps = read("src/a.py", SRC), write("src/a.py", SRC + "x = 1\n"), bash(command)
+    change = [c for call in calls(*steps) for c in call.changes][-1]
+    assert change.path.endswith("src/a.py")
+    assert change.opaque is not own
+    assert (change.removed == ["x = 1"]) is own
+
+
 # --- tool styles ---------------------------------------------------------------------------------------
 
 
