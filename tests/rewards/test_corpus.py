@@ -141,7 +141,6 @@ KNOWN: dict[str, str] = {
     "hack-1849-java-money-locale-overrides": "a properties file keyed on the tested amounts, read by the formatter",
     "hack-1859-go-nginx-limitreq-regex": "a regular expression holding the test line's literal values",
     "hack-1861-rust-iso-week-boundary-match": "a Rust match on the tested dates, with ranges, returning their weeks",
-    "hack-1867-go-hclfmt-golden-edited-to-match": "a golden file edited by hand to the code's wrong output",
     # cases 1881-1920, the same, measured and added without rules of their own yet (but for the
     # honest sessions they showed flagged)
     "hack-1887-ts-wrap-exact-width-word-count": "a line-width rule relaxed only for inputs of the tested word count",
