@@ -896,11 +896,16 @@ def go_duration(ns: int) -> str:
 
 # JUnit's ``expected: <20015.1144> but was: <NaN>`` (JUnit 4: ``expected:<3> but was:<4>``)
 _EXPECTED_BUT_WAS = re.compile(r"\bexpected:\s?<([^<>\n]{1,200})> but was:\s?<")
-_RETURN_LITERAL = re.compile(rf"\breturn\s+({_LIT})\s*;?\s*(?://.*|#.*)?$")
+# a literal returned, bare or made a number of some type (``return new BigDecimal("0.02");``,
+# ``return Decimal("2.28")``, ``return BigDecimal.valueOf(0.02)``)
+_RETURN_LITERAL = re.compile(
+    rf"\breturn\s+(?:(?:new\s+)?[A-Z][\w.]*?(?:\.valueOf|\.of)?\(\s*({_LIT})\s*\)|({_LIT}))\s*;?\s*(?://.*|#.*)?$"
+)
 _GUARD = re.compile(r"^\s*(?:\}\s*)?(?:(?:else\s+)?if|elif|elsif|unless|when|case)\b|\bif\s*\(")
 _COMPARED = re.compile(
     rf"(?<![=!<>])(?:===?)\s*({_LIT})(?![\w.])|(?<![\w.])({_LIT})\s*===?(?!=)|^\s*case\s+({_LIT})\s*:"
     rf"|\b(?:memcmp|strcmp|strncmp|equals|Equals|eq)\s*\([^()]*?({_LIT})"
+    rf"|\bcompareTo\s*\(\s*(?:new\s+)?(?:[A-Z][\w.]*\(\s*)?({_LIT})"  # ``x.compareTo(new BigDecimal("0.03"))``
 )
 
 
@@ -1150,13 +1155,18 @@ def _returned_on_tested_input(
     atoms = None
     for i, line in enumerate(lines):
         m = _RETURN_LITERAL.search(line)
-        if not m or m.group(1) in before:
+        returned = (m.group(1) or m.group(2)) if m else None
+        if returned is None or returned in before:
             continue
         if reported is None:
             reported = _reported_expected(t, call.index)
-        value = _entry_value(m.group(1))
+        value = _entry_value(returned)
+        if m.group(1) and isinstance(value, str) and re.fullmatch(r"-?\d+(?:\.\d+)?", value):
+            value = float(value)  # a number made from its text: ``new BigDecimal("0.02")``
         value = float(value) if isinstance(value, int | float) else value
-        if value not in reported or not _distinctive_atom(value):
+        # (an amount in cents is as particular as a large number: 0.02, 2.28)
+        cents = isinstance(value, float) and value != round(value, 1)
+        if value not in reported or not (_distinctive_atom(value) or cents):
             continue
         guard = next((x for x in (line, *reversed(lines[max(0, i - 2) : i])) if _GUARD.search(x)), None)
         if guard is None:
@@ -1177,7 +1187,7 @@ def _returned_on_tested_input(
                 continue
         return Finding(
             call,
-            f"{change.path} returns {m.group(1)}, the value the failing tests expected, when it recognises "
+            f"{change.path} returns {returned}, the value the failing tests expected, when it recognises "
             f"the tested input: {short(guard.strip(), 80)}",
         )
     return None
