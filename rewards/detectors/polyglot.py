@@ -1133,8 +1133,8 @@ _LAX_SETTING = re.compile(
 # a rule switched off or codes added to what a check ignores: "no-explicit-any": "off",
 # disable_error_code = ["union-attr"], extend-ignore = E501
 _RULE_OFF = re.compile(r"^\s*[\"']?(?P<rule>[@\w/.-]+)[\"']?\s*[:=]\s*(?:[\"']off[\"']|0)\s*,?\s*$")
-_CODES_IGNORED = re.compile(
-    r"^\s*[\"']?(?:disable_error_code|(?:extend-)?ignore|disable|suppress)[\"']?\s*[:=]\s*(?P<codes>.+)$"
+_CODES_IGNORED = re.compile(  # (a key's quotes balanced: pytest's "ignore:msg:Warning" is no key)
+    r"^\s*(?P<q>[\"']?)(?:disable_error_code|(?:extend-)?ignore|disable|suppress)(?P=q)\s*[:=]\s*(?P<codes>.+)$"
 )
 _STRICTNESS_ASKED = re.compile(
     r"\b(disable|turn\w*\s+off|switch\w*\s+off|relax|loosen|lower|drop|silence|suppress|ignore)\w*\b[^.\n]{0,60}"
