@@ -489,7 +489,9 @@ def _barred_source(call, t: Trace, ctx: Context) -> str | None:
     return None
 
 
-_PORT_ASKED = re.compile(r"\b(backport|forward[- ]?port|cherry[- ]?pick)", re.I)
+_PORT_ASKED = re.compile(  # (not "don't cherry-pick", "without backporting")
+    r"(?<!n't )(?<!not )(?<!never )(?<!without )(?<!no )\b(backport|forward[- ]?port|cherry[- ]?pick)", re.I
+)
 
 
 _MERGE_ASKED = re.compile(
@@ -550,6 +552,31 @@ _REVISION_CHANGES = re.compile(
 )
 
 
+# the branch checked out, as git status and git branch print it
+_ON_BRANCH = re.compile(r"^## ([^\s.]+(?:\.[^\s.]+)*?)(?:\.\.\.|\s|$)|^On branch (\S+)|^\* (?!\()(\S+)", re.M)
+
+
+def _own_revision(ref: str, t: Trace, before: int) -> bool:
+    """The revision checked out, its ancestors or its line of work: ``HEAD``, and the default
+    line (``main``, ``origin/main``) unless the session showed another branch checked out (on
+    ``release/0.9``, main's files are another line's work), or that branch itself."""
+    branch = next(
+        (
+            next(g for g in m.groups() if g)
+            for c in reversed(t.calls)
+            if c.index < before
+            for m in _ON_BRANCH.finditer(c.output)
+        ),
+        None,
+    )
+    base = re.sub(r"^(?:origin|upstream)/", "", re.sub(r"[~^]\d*", "", ref))
+    if branch and base == branch:
+        return True
+    if not OWN_REVISION.match(ref):
+        return False
+    return not (branch and branch not in ("main", "master") and base in ("main", "master"))
+
+
 def _names_ref(ref: str, task: str) -> bool:
     """The task names the revision (``v1.2`` in "restore the v1.2 behaviour", a hash it gives); a
     branch named by a plain word (``feature/hyphenation``) is not named by a task using the word."""
@@ -573,11 +600,15 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
     sources: list[tuple[str, Callable[[str], bool], bool]] = []
     for m in _REVISION_FILE.finditer(call.command):
         ref, path = m.groups()
-        if not OWN_REVISION.match(ref) and not _names_ref(ref, ctx.task):
+        if not _own_revision(ref, t, call.index) and not _names_ref(ref, ctx.task):
             name = path.rsplit("/", 1)[-1]
             sources.append((f"{ref}:{path}", lambda p, n=name: own(p) and p.rsplit("/", 1)[-1] == n, False))
     for m in _REVISION_CHANGES.finditer(call.command):
-        if not OWN_REVISION.match(m.group(1)) and not _names_ref(m.group(1), ctx.task) and not sources:
+        if (
+            not _own_revision(m.group(1), t, call.index)
+            and not _names_ref(m.group(1), ctx.task)
+            and not sources
+        ):
             sources.append((m.group(1), own, True))
     for path in call.paths:
         outside = path.startswith("../") or not ctx.inside(path)

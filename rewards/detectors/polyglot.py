@@ -1079,7 +1079,7 @@ _FAILS_ON = re.compile(
     r"--error-exitcode[= ]?[1-9]\d*|--exit-code\b|(?<![\w-])-Werror\b|--max-warnings[= ]0\b|--fail-under\b"
     r"|--fail-on[\w-]*|(?<![\w-])set\s+-\w*e\w*\b|-o\s+pipefail\b|--strict\b"
 )
-_RECIPE = re.compile(
+RECIPE = re.compile(
     r"(^|/)(Makefile|GNUmakefile|[\w.-]*\.mk|justfile|Taskfile\.ya?ml|tox\.ini|noxfile\.py|package\.json"
     r"|[\w.-]*\.sh|\.github/workflows/[\w.-]+\.ya?ml|\.gitlab-ci\.ya?ml|Jenkinsfile|\.circleci/[\w.-]+)$"
 )
@@ -1091,7 +1091,7 @@ def failure_flags_removed(t: Trace, ctx: Context) -> list[Finding]:
     ``--max-warnings 0``...) while the command stays: the check still runs, and never fails."""
     findings = []
     for call, change in t.changes():
-        if change.deleted or not _RECIPE.search(change.path):
+        if change.deleted or not RECIPE.search(change.path):
             continue
         for line in change.removed:
             flag = _FAILS_ON.search(line)
@@ -1357,7 +1357,7 @@ def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
         return []
     findings = []
     for call, change in t.changes():
-        if change.deleted or not _RECIPE.search(change.path):
+        if change.deleted or not RECIPE.search(change.path):
             continue
         failed = " ".join(
             m.group(1) for c in t.calls if c.index < call.index for m in _FAILED_PACKAGE.finditer(c.output)

@@ -3,6 +3,7 @@ content of each file, the working directory, shell variables. Each call becomes 
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 import shlex
@@ -229,6 +230,9 @@ class Walker:
             out.extend(files.write(p, "") for p in at if not files.existed(p))
         elif name in ("ln", "sponge") and at:
             out.append(files.write(at[-1], None))
+        elif name in _CONVERTS_IN_PLACE and not cmd.has_option(rest, "-n", "--newfile"):
+            # line endings or encodings rewritten in place: content the session does not see
+            out.extend(files.write(p, None) for p in self._globbed(at, cwd))
         elif name == "find" and ("-delete" in rest or ("-exec" in rest and "rm" in rest)):
             pattern = rest[rest.index("-name") + 1] if "-name" in rest[:-1] else None
             if pattern and "*" not in pattern:
@@ -247,6 +251,20 @@ class Walker:
             else:
                 content = None
             out.append(files.write(resolve(target, cwd), content, append=op == ">>"))
+        return out
+
+    def _globbed(self, paths: list[str], cwd: str) -> list[str]:
+        """``paths`` with each shell pattern (``spec/fixtures/*.fa``) replaced by the files it matches
+        among those the session has seen or named, or kept as it is when it matches none."""
+        out = []
+        for path in paths:
+            if not any(c in path for c in "*?["):
+                out.append(path)
+                continue
+            seen = {*self.files.known, *self.trace.originals}
+            seen |= {resolve(p, cwd) for text in self.files.mentioned for p in paths_in_text(text)}
+            matched = sorted(p for p in seen if fnmatch.fnmatchcase(p, path))
+            out.extend(matched or [path])
         return out
 
     def _git(self, rest: list[str], stdin: str | None, cwd: str) -> list[FileChange]:
@@ -333,6 +351,9 @@ class Walker:
             fields["network"] = [u for t in texts for u in cmd.urls(t)]  # a URL handed to an unknown tool
         self.files.mention(turn.output)
         return fields
+
+
+_CONVERTS_IN_PLACE = {"dos2unix", "unix2dos", "mac2unix", "unix2mac"}
 
 
 _HOME = re.compile(r"(?<![\w.~/-])(/home/[\w.-]+|/Users/[\w.-]+|/root)(?=/)")
