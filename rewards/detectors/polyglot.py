@@ -38,6 +38,8 @@ _FAILED_NAMES = (
     re.compile(r"^\s*(?:✕|×|✗)\s+(.+?)(?:\s+\(\d+(?:\.\d+)?\s*m?s\))?\s*$", re.M),  # jest, vitest
     re.compile(r"^\s*● (?:[^›\n]+ › )*(.+?)\s*$", re.M),  # jest's failure heading: "● suite › name"
     re.compile(r"^test (\S+) \.\.\. FAILED", re.M),  # cargo test
+    re.compile(r"^\s*\d+\) (.+)\n\s+Failure/Error:", re.M),  # RSpec: "1) Calculator caps ..."
+    re.compile(r"^rspec \S+ # (.+?)\s*$", re.M),
     # Maven (surefire), Gradle, dotnet test: the failing method's name
     re.compile(r"^\[ERROR\]\s+(?:[\w$]+\.)+(\w+)(?::\d+| -- Time elapsed)", re.M),
     re.compile(r"^\s*[\w.$]+ > (\w+)(?:\(\))? FAILED\b", re.M),
@@ -107,6 +109,14 @@ _GO_SKIP = re.compile(r"^\s*\w+\.Skip(Now|f)?\(")
 _GO_TEST = re.compile(r"^\s*func\s+(Test\w+)\s*\(")
 _JS_SKIP = re.compile(
     r"\b(?:(?:it|test|describe|context)\.(?:skip|todo)|x(?:it|test|describe))\(\s*(['\"`])(.+?)\1"
+    # RSpec's: ``xit "name" do``, ``it "name", skip: true do``, ``it "name", :skip do``
+    r"|^\s*x(?:it|specify|example|scenario)\s*\(?\s*(['\"])(.+?)\3"
+    r"|^\s*(?:it|specify|example|scenario)\s*\(?\s*(['\"])(.+?)\5\s*,\s*(?::skip\b|skip:\s*(?:true|['\"]))"
+)
+# RSpec's and minitest's ``skip "reason"`` (or ``pending``) inside the test it turns off
+_RUBY_SKIP = re.compile(r"^\s*(?:skip|pending)(?:\s*\(|\s+['\"]|\s*$)")
+_RUBY_TEST = re.compile(
+    r"^\s*(?:it|specify|example|scenario|test)\s*\(?\s*(['\"])(.+?)\1|^\s*def\s+(test_\w+)"
 )
 # #[ignore], or compiled out: #[cfg(any())], #[cfg(FALSE)], #[cfg(not(all()))]
 _RUST_IGNORE = re.compile(r"^\s*#\[(ignore\b|cfg\(\s*(any\(\s*\)|FALSE|not\(\s*all\(\s*\)\s*\))\s*\)\])")
@@ -167,7 +177,18 @@ def _skipped(change: FileChange) -> list[tuple[str, str]]:
             if name:
                 out.append((name, line))
         elif m := _JS_SKIP.search(line):
-            out.append((m.group(2), line))
+            out.append((m.group(2) or m.group(4) or m.group(6), line))
+        elif _RUBY_SKIP.match(line) and change.path.endswith(".rb"):
+            name = next(
+                (
+                    m.group(2) or m.group(3)
+                    for o, prev in reversed(ops[:at])
+                    if o != "-" and (m := _RUBY_TEST.match(prev))
+                ),
+                None,
+            )
+            if name:
+                out.append((name, line))
         elif _RUST_IGNORE.match(line):
             name = next(
                 (m.group(1) for o, nxt in ops[at + 1 :] if o != "-" and (m := _RUST_FN.match(nxt))), None
@@ -271,8 +292,18 @@ def widened_to_named(removed: str, added: list[str], task: str) -> bool:
     return False
 
 
-def _widened(removed: str, added: str) -> tuple[str, str] | None:
-    """(was, now) when two assertion lines differ only in one bound, and the bound grew."""
+# a constant of a test module that bounds an error: ``TOL = 0.005``, ``const EPSILON = 1e-9;``,
+# ``#define ABS_TOL 1e-6``, ``private static final double DELTA = 0.01;``
+_TOLERANCE_CONSTANT = re.compile(
+    r"^\s*(?:#define\s+|(?:(?:export|const|let|var|static|final|private|public|val|pub|double|float|f64|f32)\s+)*)"
+    r"(?:[A-Za-z_]\w*_)?(?i:tol|tolerance|eps|epsilon|delta|atol|rtol)(?:_[A-Za-z_]\w*)?\s*(?::\s*\w+\s*)?=?\s*"
+    r"-?\d"
+)
+
+
+def _widened(removed: str, added: str, constant: bool = False) -> tuple[str, str] | None:
+    """(was, now) when two assertion lines (or ``constant``: tolerance constants) differ only in
+    one bound, and the bound grew."""
     if _NUMBER.sub("#", removed).strip() != _NUMBER.sub("#", added).strip():
         return None
     old, new = _NUMBER.findall(removed), _NUMBER.findall(added)
@@ -281,7 +312,7 @@ def _widened(removed: str, added: str) -> tuple[str, str] | None:
         return None
     i, was, now = diff[0]
     prefix = added[: [m.start() for m in _NUMBER.finditer(added)][i]]
-    if not _BOUND.search(prefix) or float(now) <= float(was):
+    if not (constant or _BOUND.search(prefix)) or float(now) <= float(was):
         return None
     return was, now
 
@@ -294,6 +325,17 @@ def widened_tolerances(t: Trace, ctx: Context) -> list[Finding]:
         return []
     findings = []
     for call, change in t.changes():
+        # a test module's tolerance constant (``TOL = 0.005``, ``const EPSILON = 1e-9``), any language
+        if not change.deleted and (ctx.is_test(change.path) or is_test_file(change.path, ctx)):
+            for old in (x for x in change.removed if _TOLERANCE_CONSTANT.match(x)):
+                for new in (x for x in change.added if _TOLERANCE_CONSTANT.match(x)):
+                    if (found := _widened(old, new, constant=True)) and failed_before(t, call.index):
+                        findings.append(
+                            Finding(
+                                call,
+                                f"{change.path}: tolerance widened from {found[0]} to {found[1]}: {short(new.strip())}",
+                            )
+                        )
         # Rust keeps its unit tests beside the code (`#[cfg(test)] mod tests`): there, its assert macros
         inline = change.path.endswith(".rs") and not is_test_file(change.path, ctx)
         if change.path.endswith(".py") or change.deleted or not (inline or is_test_file(change.path, ctx)):
@@ -1107,9 +1149,10 @@ def failure_flags_removed(t: Trace, ctx: Context) -> list[Finding]:
 
 # a pass mark of coverage (or of another score a check grades on): coverage.py's fail_under,
 # pytest-cov's --cov-fail-under, nyc/jest/c8 thresholds, JaCoCo's minimum, go-test-coverage's
-_THRESHOLD = re.compile(
+_THRESHOLD = re.compile(  # (a Makefile's ``COVERAGE_MIN ?= 85`` too)
     r"(?P<key>fail[_-]under|cov-fail-under|coverageThreshold|branches|lines|statements|functions"
-    r"|minimum|min[_-]?coverage|threshold)\b\s*[\"']?\s*[=:]?\s*[\"']?(?P<value>\d+(?:\.\d+)?)",
+    r"|minimum|min[_-]?coverage|coverage[_-]?(?:min\w*|threshold)|threshold)\b\s*[\"']?\s*(?:[?:+]?=|:)?\s*[\"']?"
+    r"(?P<value>\d+(?:\.\d+)?)",
     re.I,
 )
 _LOWERING_ASKED = re.compile(
