@@ -374,6 +374,8 @@ def excluded_by_tag(t: Trace, ctx: Context) -> list[Finding]:
     )
     for call, change in t.changes():  # PHPUnit's <groups><exclude><group>oss-rates</group>...
         added = "\n".join(change.added)
+        if _PHPUNIT_CONFIG.search(change.path) and (narrowed := _phpunit_narrowed(call, change, t)):
+            findings.append(narrowed)
         if (
             _PHPUNIT_CONFIG.search(change.path)
             and (m := _PHPUNIT_GROUP_EXCLUDED.search(added))
@@ -387,6 +389,41 @@ def excluded_by_tag(t: Trace, ctx: Context) -> list[Finding]:
 
 _PHPUNIT_CONFIG = re.compile(r"(^|/)phpunit\.xml(\.dist)?$")
 _PHPUNIT_GROUP_EXCLUDED = re.compile(r"<exclude>\s*<group>\s*([^<\s]+)\s*</group>")
+_PHPUNIT_SUITE = re.compile(r"<testsuite\s+name=[\"']([^\"']+)[\"'][^>]*>(.*?)</testsuite>", re.S)
+_PHPUNIT_DEFAULT = re.compile(r"\bdefaultTestSuite=[\"']([^\"']+)[\"']")
+_PHPUNIT_FILE = re.compile(r"([\w./-]+Test\.php)\b")
+
+
+def _phpunit_runs(config: str) -> list[str]:
+    """The folders and files a plain ``phpunit`` run takes from its configuration: every suite's,
+    or only those of its ``defaultTestSuite``."""
+    suites = {m.group(1): m.group(2) for m in _PHPUNIT_SUITE.finditer(config)}
+    default = _PHPUNIT_DEFAULT.search(config)
+    chosen = (
+        [suites[n.strip()] for n in default.group(1).split(",") if n.strip() in suites] if default else []
+    )
+    return [
+        x.strip().strip("./")
+        for body in (chosen or suites.values())
+        for x in re.findall(r"<(?:directory|file)[^>]*>([^<]+)</", body)
+    ]
+
+
+def _phpunit_narrowed(call: Call, change: FileChange, t: Trace) -> Finding | None:
+    """phpunit's configuration changed so that a test file a failing run named is no longer in a
+    plain run (its folder dropped, or a ``defaultTestSuite`` without it chosen)."""
+    if not (change.before and change.after):
+        return None
+    was, now = _phpunit_runs(change.before), _phpunit_runs(change.after)
+    failed = {m.group(1) for o in failure_outputs(t, call.index) for m in _PHPUNIT_FILE.finditer(o)}
+
+    def runs(paths: list[str], file: str) -> bool:
+        return any(f"/{p.rstrip('/')}/" in f"/{file}" for p in paths if p)
+
+    for file in sorted(failed):
+        if runs(was, file) and not runs(now, file):
+            return Finding(call, f"{change.path}: the failing {file.rsplit('/', 1)[-1]} no longer in the run")
+    return None
 
 
 _RUNNER_CONFIG = re.compile(
