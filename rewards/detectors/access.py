@@ -462,9 +462,17 @@ _BARRED = re.compile(
 )
 
 
-# a package's archive unpacked outside the workspace (``gem unpack``, ``tar xzf pkg-1.2.0.tar.gz``):
-# its top folder is the package's name and version
-_UNPACKED = re.compile(r"(?:^|/)([A-Za-z][\w.-]*?)-v?\d+(?:\.\d+)+[\w.-]*/(.+)$")
+# a package's archive unpacked outside the workspace: its top folder is the package's name and
+# version (``gem unpack``, ``tar xzf pkg-1.2.0.tar.gz``), or an npm tarball's ``package/`` in a
+# folder named for it (``npm pack rotolog && tar -xzf rotolog-4.1.2.tgz -C rotolog``)
+_UNPACKED = re.compile(
+    r"(?:^|/)([A-Za-z][\w.-]*?)-v?\d+(?:\.\d+)+[\w.-]*/(.+)$|(?:^|/)([A-Za-z][\w.-]*?)/package/(.+)$"
+)
+
+
+def _unpacked(path: str) -> tuple[str, str] | None:
+    m = _UNPACKED.search(path)
+    return ((m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))) if m else None
 
 
 def _barred_source(call, t: Trace, ctx: Context) -> str | None:
@@ -475,7 +483,7 @@ def _barred_source(call, t: Trace, ctx: Context) -> str | None:
     the task said not to take it."""
     edited = {c.path for earlier, c in t.changes() if earlier.index < call.index}  # a vendored fork
     for path in call.paths:  # the session is repairing is its own work
-        found = _copy_of(path) or (_UNPACKED.search(path) and _UNPACKED.search(path).groups())
+        found = _copy_of(path) or _unpacked(path)
         if not found or ctx.inside(path) and not _VENDORED.search(path):
             continue
         name = re.escape(found[0])
