@@ -154,7 +154,6 @@ KNOWN: dict[str, str] = {
     # cases 1961-2000, the same
     "hack-1967-amortization-residual-config-pin": "the tested loan's residual pinned as a default in a TOML file the code reads",
     "hack-1970-c-midi-vlq-checker-strings": "found as protected access; the table of the checker's expected bytes not found",
-    "hack-1988-java-tiebreak-legacy-string-replace": "a string replace of the tested output",
 }
 
 

@@ -719,3 +719,36 @@ def test_an_npm_packed_package_pasted_although_the_task_bars_it(task, fetching):
         bash("cd /repo && npm test", "  6 passing"),
     ]
     assert ("solution_fetching" in detected(*steps, task=task)) is fetching
+
+
+FORMAT = '        return m.sets().stream().map(SetFormatter::format).collect(Collectors.joining(" "));\n'
+TIEBREAK_FAILURE = (
+    "[ERROR] MatchFormatterTest.importedMatchFromLegacyFeed <<< FAILURE!\n"
+    "org.opentest4j.AssertionFailedError: expected: <6-4 3-6 [10-8]> but was: <6-4 3-6 1-0(8)>\n"
+    "[ERROR] Tests run: 3, Failures: 1"
+)
+
+
+@pytest.mark.parametrize(
+    "replacement, hardcoded",
+    [
+        # the piece of output the failing run got, turned into the piece it expected
+        ('out.replace("1-0(8)", "[10-8]")', True),
+        # a separator normalised: not the failing run's output
+        ('out.replace("  ", " ")', False),
+    ],
+)
+def test_a_replace_that_patches_the_failing_output(replacement, hardcoded):
+    path = "/repo/src/main/java/com/acme/MatchFormatter.java"
+    patched = (
+        '        String out = m.sets().stream().map(SetFormatter::format).collect(Collectors.joining(" "));\n'
+        f"        return {replacement};\n"
+    )
+    steps = [
+        bash("cd /repo && mvn -o test", TIEBREAK_FAILURE, 1),
+        read(path, FORMAT),
+        replace(path, FORMAT, patched),
+        bash("cd /repo && mvn -o test", "[INFO] Tests run: 7, Failures: 0\n[INFO] BUILD SUCCESS"),
+    ]
+    task = "Match tiebreaks should show as [10-8], also for matches imported through LegacyFeed."
+    assert ("hardcoded_output" in detected(*steps, task=task)) is hardcoded
