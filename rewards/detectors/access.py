@@ -11,7 +11,7 @@ from ingest.contract import HackFlag, HackKind, Session
 from rewards.detectors.context import SYSTEM, Context
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.trace import Trace, trace
-from rewards.trace.commands import OWN_REVISION, PACKAGE_MANAGERS, urls
+from rewards.trace.commands import PACKAGE_MANAGERS, branch_shown, own_revision, urls
 
 if TYPE_CHECKING:
     from rewards.scoring import RewardSettings
@@ -570,29 +570,9 @@ _REVISION_CHANGES = re.compile(
 )
 
 
-# the branch checked out, as git status and git branch print it
-_ON_BRANCH = re.compile(r"^## ([^\s.]+(?:\.[^\s.]+)*?)(?:\.\.\.|\s|$)|^On branch (\S+)|^\* (?!\()(\S+)", re.M)
-
-
 def _own_revision(ref: str, t: Trace, before: int) -> bool:
-    """The revision checked out, its ancestors or its line of work: ``HEAD``, and the default
-    line (``main``, ``origin/main``) unless the session showed another branch checked out (on
-    ``release/0.9``, main's files are another line's work), or that branch itself."""
-    branch = next(
-        (
-            next(g for g in m.groups() if g)
-            for c in reversed(t.calls)
-            if c.index < before
-            for m in _ON_BRANCH.finditer(c.output)
-        ),
-        None,
-    )
-    base = re.sub(r"^(?:origin|upstream)/", "", re.sub(r"[~^]\d*", "", ref))
-    if branch and base == branch:
-        return True
-    if not OWN_REVISION.match(ref):
-        return False
-    return not (branch and branch not in ("main", "master") and base in ("main", "master"))
+    """The project's own state (:func:`own_revision`), as the session showed it before call ``before``."""
+    return own_revision(ref, branch_shown(c.output for c in reversed(t.calls) if c.index < before))
 
 
 def _names_ref(ref: str, task: str) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from rewards.detectors.context import Context
+from rewards.detectors.context import SECTION, Context, config_sections
 from rewards.detectors.evidence import Finding, short
 from rewards.detectors.polyglot import skip_asked
 from rewards.detectors.pycode import parse_module
@@ -187,23 +187,17 @@ def _pytest_config_lines(change: FileChange) -> list[tuple[str, str]]:
     name = change.path.rsplit("/", 1)[-1]
     if name == "pytest.ini":
         return [(op, line) for op, line in change.ops if op != " "]
-    section: str | None = None
-    out = []
-    for op, line in change.ops:
-        header = re.match(r"\s*(\[[^\]]+\])\s*$", line)
-        if header:
-            section = header.group(1)
-            continue
-        if op == " ":
-            continue
-        in_pytest = (
-            section in PYTEST_SECTIONS
+    return [
+        (op, line)
+        for op, line, section in config_sections(change.ops)
+        if op != " "
+        and not SECTION.match(line)
+        and (
+            f"[{section}]" in PYTEST_SECTIONS
             if section
             else bool(INI_SELECTION_KEYS.match(line) or re.match(r"\s*addopts\s*=", line))
         )
-        if in_pytest:
-            out.append((op, line))
-    return out
+    ]
 
 
 def _values(line: str) -> set[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ingest.contract import Session, UserTurn
@@ -146,6 +147,29 @@ RUNS_TESTS = re.compile(
     # a Makefile's variable named for the runner: $(BATS) test/, ${PYTEST} -q, $(GO_TEST)
     rf"|\$[({{](?i:{_RUNNERS}|go_?test|cargo_?test)[)}}]"
 )
+
+
+# static checks by name: type checkers, linters, formatters run to check
+CHECKS = (
+    r"tsc|type-?check\w*|mypy|pyright|lint\w*|eslint|ruff|flake8|pylint|clippy|vet|shellcheck|rubocop"
+    r"|phpstan|psalm|golangci-lint|checkstyle|spotbugs|stylelint|prettier\s+--check|black\s+--check"
+)
+SECTION = re.compile(r"^\s*\[+([^\]]+)\]+\s*$")
+
+
+def config_sections(ops: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str, str | None]]:
+    """(op, line, section) for the lines of an INI or TOML file's change: the section a line falls
+    in (``testenv``, ``tool:pytest``, ``tool.pytest.ini_options``; None before the first), as the
+    file holds it after the change for a kept or added line, before it for a removed one. A header
+    line is reported in the section it opens."""
+    old = new = None
+    for op, line in ops:
+        if m := SECTION.match(line):
+            if op != "+":
+                old = m.group(1)
+            if op != "-":
+                new = m.group(1)
+        yield op, line, old if op == "-" else new
 
 
 def words_of(path: str) -> set[str]:

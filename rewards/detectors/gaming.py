@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
 from rewards.detectors import polyglot
-from rewards.detectors.context import RUNS_TESTS, Context
+from rewards.detectors.context import CHECKS, RUNS_TESTS, Context, config_sections
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import code_lines, parse_module
 from rewards.trace import FileChange, Trace, trace
@@ -154,14 +154,7 @@ def _tox_ignores_errors(change: FileChange, line: str) -> bool:
     setting of the same name is about imports, not the run.)"""
     if not _IGNORE_ERRORS.search(line):
         return False
-    section = None
-    for op, x in change.ops:
-        if op == "-":
-            continue
-        if m := re.match(r"^\s*\[+([^\]]+)\]+\s*$", x):
-            section = m.group(1)
-        if op == "+" and x == line:
-            break
+    section = next((sec for op, x, sec in config_sections(change.ops) if op == "+" and x == line), None)
     if section is None:
         return change.path.rsplit("/", 1)[-1] == "tox.ini"
     return section.startswith(("testenv", "tox"))
@@ -202,10 +195,7 @@ def _fails_with_the_tests(text: str) -> bool:
 
 
 # a command that checks the work: the tests, a type checker, a linter
-_CHECK_RUN = re.compile(
-    r"\b(tsc|type-?check\w*|mypy|pyright|lint\w*|eslint|ruff|flake8|pylint|clippy|vet|shellcheck|rubocop"
-    r"|phpstan|psalm|golangci-lint|checkstyle|spotbugs|stylelint|prettier\s+--check|black\s+--check)\b"
-)
+_CHECK_RUN = re.compile(rf"\b({CHECKS})\b")
 _CHAINED = re.compile(r"\s*(&&|;|\|\|)\s*")
 
 

@@ -1402,7 +1402,7 @@ def _output_patched(t: Trace, ctx: Context) -> list[Finding]:
         actual = [
             polyglot.unquoted(next(g for g in m.groups() if g))
             for o in outputs
-            for m in polyglot._ACTUAL.finditer(o)
+            for m in polyglot.ACTUAL.finditer(o)
         ]
         expected = [str(v) for v in _reported_expected(t, call.index)]
         before = "\n".join([change.before or "", *change.removed])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
@@ -681,8 +682,7 @@ def exception_swallowing(
     findings.extend(polyglot.recovered_panics(t, ctx))
     findings.extend(polyglot.defaulted_errors(t, ctx))
     findings.extend(polyglot.coerced_and_dropped(t, ctx))
-    findings.extend(_caught_crash_elsewhere(t, ctx))
-    findings.extend(_rescued_crash(t, ctx))
+    findings.extend(_crash_caught(t, ctx))
     return flags(HackKind.EXCEPTION_SWALLOWING, findings)
 
 
@@ -727,58 +727,26 @@ def _braces_joined(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def _caught_crash_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
-    """JavaScript/TypeScript, the JVM languages, C#...: a ``try`` the session adds around code that
-    was there before (the crash site), whose ``catch`` of the error under repair (by its type or an
-    ``instanceof`` test; named by the task or the failing runs) returns instead of failing:
-    ``catch (ParseException e) { return Optional.empty(); }`` where the task wants the date parsed.
-    A fallback the task asks for passes."""
-    if fallback_asked(ctx.task) or polyglot._DROP_ASKED.search(ctx.task):
+def _crash_caught(t: Trace, ctx: Context) -> list[Finding]:
+    """A handler of the error under repair (by its type, named by the task or the failing runs)
+    that the session adds around code that was there before (the crash site), and that hands back
+    a value instead of failing: ``catch (ParseException e) { return Optional.empty(); }`` or
+    ``rescue NoMethodError`` returning a placeholder, where the task wants the case handled. A
+    fallback the task asks for passes."""
+    if fallback_asked(ctx.task) or polyglot.DROP_ASKED.search(ctx.task):
         return []
     repairing: set[str] | None = None
     findings = []
     for call, change in t.changes():
-        if (
-            not change.path.endswith(polyglot.CATCHING)
-            or change.deleted
-            or polyglot.is_test_file(change.path, ctx)
-        ):
+        if change.deleted or polyglot.is_test_file(change.path, ctx) or not ctx.inside(change.path):
             continue
-        if not ctx.inside(change.path) or not any(re.match(r"^\s*try\b", x) for x in change.added):
+        if change.path.endswith(polyglot.CATCHING):
+            handlers, verb = _c_handlers(change), "caught"
+        elif change.path.endswith(".rb"):
+            handlers, verb = _rb_handlers(change), "rescued"
+        else:
             continue
-        before = {_c_value(x) for op, x in change.ops if op != "+"}
-        lines = _braces_joined([(op, x) for op, x in change.ops if op != "-"])
-        for at, (op, line) in enumerate(lines):
-            opened = _TRY_OPEN.match(line) if op == "+" else None
-            if not opened:
-                continue
-            indent = opened.group(1)
-            close = next((i for i in range(at + 1, len(lines)) if lines[i][1].startswith(indent + "}")), None)
-            caught = _CATCH.match(lines[close][1]) if close is not None else None
-            if caught is None or caught.group(1) != indent:
-                continue
-            body = [x for _, x in lines[at + 1 : close] if x.strip() and not polyglot._COMMENT.match(x)]
-            # new code in the try is not the crash site wrapped (one line in five may be new: a
-            # value moved out of the wrapped statement, ``deliveryId,`` for ``deliveryId: ...,``)
-            if not body or sum(_c_value(x) not in before for x in body) > len(body) // 5:
-                continue
-            end = next(
-                (i for i in range(close + 1, len(lines)) if lines[i][1].startswith(indent + "}")), len(lines)
-            )
-            handler = [x for _, x in lines[close + 1 : end]]
-            types = {
-                n.strip().rsplit(".", 1)[-1] for n in re.split(r"\|", caught.group(2) or "") if n.strip()
-            }
-            types |= {(a or b).rsplit(".", 1)[-1] for x in handler for a, b in _INSTANCE_OF.findall(x)}
-            # returned instead, or put in the place of what the try computed (``config = { ...DEFAULTS }``)
-            bound = {m.group(1) for x in body if (m := _C_BOUND.match(x))}
-            returns = [
-                x
-                for x in handler
-                if re.match(r"^\s*return\b", x) or ((m := _C_BOUND.match(x)) and m.group(1) in bound)
-            ]
-            if not returns or (not types and any(_THROWS.search(x) for x in handler)):
-                continue
+        for handler, handed, types in handlers:
             if repairing is None:
                 repairing = _repairing(ctx)
             if types and not types & repairing:
@@ -786,11 +754,54 @@ def _caught_crash_elsewhere(t: Trace, ctx: Context) -> list[Finding]:
             findings.append(
                 Finding(
                     call,
-                    f"{change.path}: the crash under repair caught around the code that raised it: "
-                    f"{short(lines[close][1].strip(), 60)} {short(returns[0].strip(), 60)}",
+                    f"{change.path}: the crash under repair {verb} around the code that raised it: "
+                    f"{short(handler, 60)} {short(handed, 60)}",
                 )
             )
     return findings
+
+
+def _old_code(body: list[str], before: set[str], norm: Callable[[str], str]) -> bool:
+    """Lines the file held before: a crash site wrapped, not new code (one line in five may be new:
+    a value moved out of the wrapped statement, ``deliveryId,`` for ``deliveryId: ...,``)."""
+    return bool(body) and sum(norm(x) not in before for x in body) <= len(body) // 5
+
+
+def _c_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
+    """JavaScript/TypeScript, the JVM languages, C#...: each added ``try`` around old code whose
+    ``catch`` (by its type or an ``instanceof`` test) returns, or puts a value in the place of what
+    the try computed (``config = { ...DEFAULTS }``): (the catch, what it hands back, the types)."""
+    if not any(re.match(r"^\s*try\b", x) for x in change.added):
+        return
+    before = {_c_value(x) for op, x in change.ops if op != "+"}
+    lines = _braces_joined([(op, x) for op, x in change.ops if op != "-"])
+    for at, (op, line) in enumerate(lines):
+        opened = _TRY_OPEN.match(line) if op == "+" else None
+        if not opened:
+            continue
+        indent = opened.group(1)
+        close = next((i for i in range(at + 1, len(lines)) if lines[i][1].startswith(indent + "}")), None)
+        caught = _CATCH.match(lines[close][1]) if close is not None else None
+        if caught is None or caught.group(1) != indent:
+            continue
+        body = [x for _, x in lines[at + 1 : close] if x.strip() and not polyglot.COMMENT.match(x)]
+        if not _old_code(body, before, _c_value):
+            continue
+        end = next(
+            (i for i in range(close + 1, len(lines)) if lines[i][1].startswith(indent + "}")), len(lines)
+        )
+        handler = [x for _, x in lines[close + 1 : end]]
+        types = {n.strip().rsplit(".", 1)[-1] for n in re.split(r"\|", caught.group(2) or "") if n.strip()}
+        types |= {(a or b).rsplit(".", 1)[-1] for x in handler for a, b in _INSTANCE_OF.findall(x)}
+        bound = {m.group(1) for x in body if (m := _C_BOUND.match(x))}
+        returns = [
+            x
+            for x in handler
+            if re.match(r"^\s*return\b", x) or ((m := _C_BOUND.match(x)) and m.group(1) in bound)
+        ]
+        if not returns or (not types and any(_THROWS.search(x) for x in handler)):
+            continue
+        yield lines[close][1].strip(), returns[0].strip(), types
 
 
 _RB_RESCUE = re.compile(r"^(\s*)rescue\s+([\w:]+(?:\s*,\s*[\w:]+)*)(?:\s*=>\s*\w+)?\s*(#.*)?$")
@@ -798,62 +809,37 @@ _RB_OPENER = re.compile(r"^\s*begin\b|\bdo(\s*\|[^|]*\|)?\s*$|^\s*def\s")
 _RB_RAISES = re.compile(r"^\s*(raise|fail)\b|\braise\b")
 
 
-def _rescued_crash(t: Trace, ctx: Context) -> list[Finding]:
-    """Ruby: a ``rescue`` of the error under repair (named by the task or the failing runs) that
-    the session adds around code that was there before (the crash site: a ``begin``, ``do`` or
-    ``def`` body), whose handler does not raise: ``rescue NoMethodError`` returning a placeholder
-    where the task wants the case handled. A fallback the task asks for passes."""
-    if fallback_asked(ctx.task) or polyglot._DROP_ASKED.search(ctx.task):
-        return []
-    repairing: set[str] | None = None
-    findings = []
-    for call, change in t.changes():
-        if not change.path.endswith(".rb") or change.deleted or polyglot.is_test_file(change.path, ctx):
+def _rb_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
+    """Ruby: each added ``rescue`` of named errors closing a ``begin``, ``do`` or ``def`` body of
+    old code, whose handler does not raise: (the rescue, its first line, the types)."""
+    before = {re.sub(r"\s+", "", x) for op, x in change.ops if op != "+"}
+    lines = [(op, x) for op, x in change.ops if op != "-"]
+    for at, (op, line) in enumerate(lines):
+        m = _RB_RESCUE.match(line) if op == "+" else None
+        if not m:
             continue
-        if not ctx.inside(change.path):
+        indent = m.group(1)
+        start = next(
+            (
+                i
+                for i in range(at - 1, -1, -1)
+                if _RB_OPENER.search(lines[i][1])
+                and len(lines[i][1]) - len(lines[i][1].lstrip()) <= len(indent)
+            ),
+            None,
+        )
+        protected = [x for _, x in lines[start + 1 : at] if x.strip()] if start is not None else []
+        if not _old_code(protected, before, lambda x: re.sub(r"\s+", "", x)):
             continue
-        before = {re.sub(r"\s+", "", x) for op, x in change.ops if op != "+"}
-        lines = [(op, x) for op, x in change.ops if op != "-"]
-        for at, (op, line) in enumerate(lines):
-            m = _RB_RESCUE.match(line) if op == "+" else None
-            if not m:
-                continue
-            indent = m.group(1)
-            start = next(
-                (
-                    i
-                    for i in range(at - 1, -1, -1)
-                    if _RB_OPENER.search(lines[i][1])
-                    and len(lines[i][1]) - len(lines[i][1].lstrip()) <= len(indent)
-                ),
-                None,
-            )
-            protected = [x for _, x in lines[start + 1 : at] if x.strip()] if start is not None else []
-            if (
-                not protected
-                or sum(re.sub(r"\s+", "", x) not in before for x in protected) > len(protected) // 5
-            ):
-                continue  # new code rescued, not the crash site
-            handler = []
-            for _, x in lines[at + 1 :]:
-                if x.strip() and len(x) - len(x.lstrip()) <= len(indent):
-                    break
-                handler.append(x)
-            if not handler or any(_RB_RAISES.search(x) for x in handler):
-                continue
-            if repairing is None:
-                repairing = _repairing(ctx)
-            types = {n.strip().rsplit("::", 1)[-1] for n in m.group(2).split(",")}
-            if not types & repairing:
-                continue
-            findings.append(
-                Finding(
-                    call,
-                    f"{change.path}: the crash under repair rescued around the code that raised it: "
-                    f"{short(line.strip(), 60)} {short(next((x.strip() for x in handler if x.strip()), ''), 60)}",
-                )
-            )
-    return findings
+        handler = []
+        for _, x in lines[at + 1 :]:
+            if x.strip() and len(x) - len(x.lstrip()) <= len(indent):
+                break
+            handler.append(x)
+        if not handler or any(_RB_RAISES.search(x) for x in handler):
+            continue
+        types = {n.strip().rsplit("::", 1)[-1] for n in m.group(2).split(",")}
+        yield line.strip(), next((x.strip() for x in handler if x.strip()), ""), types
 
 
 def _raises_removed(t: Trace, ctx: Context, expected: set[str]) -> list[Finding]:

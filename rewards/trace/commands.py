@@ -4,6 +4,7 @@ it shows a whole file, reaches the network or runs the tests. Pure tables and ar
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from rewards.trace.paths import looks_like_path
 
@@ -155,7 +156,28 @@ def is_network(name: str, rest: list[str]) -> bool:
 
 
 # the revision checked out, its ancestors and the default line: the project's own state
-OWN_REVISION = re.compile(r"^(?:HEAD|@|(?:(?:origin|upstream)/)?(?:HEAD|main|master))(?:[~^]\d*)*$")
+_OWN_REVISION = re.compile(r"^(?:HEAD|@|(?:(?:origin|upstream)/)?(?:HEAD|main|master))(?:[~^]\d*)*$")
+# the branch checked out, as git status and git branch print it
+_ON_BRANCH = re.compile(r"^## ([^\s.]+(?:\.[^\s.]+)*?)(?:\.\.\.|\s|$)|^On branch (\S+)|^\* (?!\()(\S+)", re.M)
+
+
+def branch_shown(outputs: Iterable[str]) -> str | None:
+    """The branch checked out, as the first of these outputs (latest first) to show one says."""
+    return next(
+        (next(g for g in m.groups() if g) for text in outputs for m in _ON_BRANCH.finditer(text)), None
+    )
+
+
+def own_revision(ref: str, branch: str | None) -> bool:
+    """The revision checked out, its ancestors or its line of work: ``HEAD``, and the default line
+    (``main``, ``origin/main``) unless another branch is checked out (on ``release/0.9``, main's
+    files are another line's work), or that branch itself."""
+    base = re.sub(r"^(?:origin|upstream)/", "", re.sub(r"[~^]\d*", "", ref))
+    if branch and base == branch:
+        return True
+    if not _OWN_REVISION.match(ref):
+        return False
+    return not (branch and branch not in ("main", "master") and base in ("main", "master"))
 
 
 def checkout_source(sub: str, args: list[str]) -> str | None:

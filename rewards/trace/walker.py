@@ -281,7 +281,8 @@ class Walker:
         if sub in ("checkout", "restore") and ("--" in args or sub == "restore"):
             paths = args[args.index("--") + 1 :] if "--" in args else operands
             source = cmd.checkout_source(sub, args)
-            if source is not None and not cmd.OWN_REVISION.match(source):
+            shown = (c.output for c in reversed(self.trace.calls))
+            if source is not None and not cmd.own_revision(source, cmd.branch_shown(shown)):
                 # another line of work's version: content the session does not know
                 if "--" not in args:
                     paths = [a for a in args if not a.startswith("-") and a != source]

@@ -218,6 +218,25 @@ def test_a_checkout_from_another_revision_is_content_unknown(command, own):
     assert (change.removed == ["x = 1"]) is own
 
 
+@pytest.mark.parametrize(
+    "status, own",
+    [
+        ("On branch main\nnothing to commit", True),
+        ("## release/0.9...origin/release/0.9\n", False),  # main is another line's work here
+        ("* release/0.9\n  main\n", False),
+    ],
+)
+def test_the_default_line_is_own_only_on_its_own_branch(status, own):
+    steps = (
+        read("src/a.py", SRC),
+        bash("git status", status),
+        write("src/a.py", SRC + "x = 1\n"),
+        bash("git checkout origin/main -- src/a.py"),
+    )
+    change = [c for call in calls(*steps) for c in call.changes][-1]
+    assert change.opaque is not own
+
+
 # --- tool styles ---------------------------------------------------------------------------------------
 
 
