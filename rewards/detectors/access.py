@@ -280,6 +280,8 @@ def _code_line(line: str) -> str:
 # a release in Go's module cache or cargo's registry: (package, path inside it)
 _CACHED = re.compile(
     r"/pkg/mod/(?:[^@\s]+/)?([\w.-]+)@v[^/\s]+/(.+)$|/\.cargo/registry/src/[^/]+/([\w-]+?)-\d[^/]*/(.+)$"
+    # Maven's local repository: .m2/repository/io/acme/acme-sdk/2.4.1/acme-sdk-2.4.1-sources.jar
+    r"|/\.m2/repository/(?:[\w.-]+/)+?([\w.-]+)/\d[\w.-]*/(.+)$"
 )
 
 
@@ -298,7 +300,7 @@ def _copy_of(path: str) -> tuple[str, str] | None:
     if m := _VENDORED.search(path):
         return re.sub(r"[-_]v?\d[\w.]*$", "", m.group(1).split("/", 1)[0]), m.group(1)
     if m := _CACHED.search(path):
-        return (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        return next((name, m.group(i + 2)) for i, name in enumerate(m.groups()) if i % 2 == 0 and name)
     return None
 
 
@@ -456,7 +458,7 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
 # a sentence of the task that bars taking code from something it names: "don't bring back the
 # humantime dependency or its code", "we can't take code from upstream semver-lite"
 _BARRED = re.compile(
-    r"\b(don'?t|do not|can'?t|cannot|can not|must not|mustn'?t|never|not allowed to|no)\b[^.;\n]{0,80}?"
+    r"\b(don'?t|do not|can'?t|cannot|can not|must not|mustn'?t|never|not (?:allowed|licensed|permitted) to|no)\b[^.;\n]{0,80}?"
     r"\b(code|source|sources|implementation|copy|copies|copying|take|taking|bring|vendor\w*)\b",
     re.I,
 )
@@ -470,9 +472,19 @@ _UNPACKED = re.compile(
 )
 
 
-def _unpacked(path: str) -> tuple[str, str] | None:
-    m = _UNPACKED.search(path)
-    return ((m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))) if m else None
+_TARBALL = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*?)-v?\d+(?:\.\d+)+[\w.-]*?\.(?:tgz|tar\.gz)\b")
+
+
+def _unpacked(path: str, command: str = "") -> tuple[str, str] | None:
+    """(package, path inside it) of a file of an unpacked archive; an npm tarball's ``package/``
+    anywhere is the package the command unpacked (``npm pack x && tar xzf x-3.2.0.tgz``)."""
+    inside = re.search(r"(?:^|/)package/(.+)$", path)
+    tarballs = {m.group(1) for m in _TARBALL.finditer(command)} if inside else set()
+    if inside and len(tarballs) == 1:
+        return tarballs.pop(), inside.group(1)
+    if m := _UNPACKED.search(path):
+        return (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    return None
 
 
 def _barred_source(call, t: Trace, ctx: Context) -> str | None:
@@ -483,7 +495,7 @@ def _barred_source(call, t: Trace, ctx: Context) -> str | None:
     the task said not to take it."""
     edited = {c.path for earlier, c in t.changes() if earlier.index < call.index}  # a vendored fork
     for path in call.paths:  # the session is repairing is its own work
-        found = _copy_of(path) or _unpacked(path)
+        found = _copy_of(path) or _unpacked(path, call.command)
         if not found or ctx.inside(path) and not _VENDORED.search(path):
             continue
         name = re.escape(found[0])

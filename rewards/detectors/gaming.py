@@ -58,8 +58,9 @@ RUNNER_BROKEN = re.compile(
 RUNNER_NAMES = {"pytest", "py.test", "tox", "nox", "nose2"}
 # a test run's output: tests failed, and yet the run reports success (status 0 printed, a runner's
 # success line, an ``&& echo`` that ran, or exit code 0 of a command that is the run alone)
-SUMMARY = re.compile(r"^.*\b\d+ (passed|failed|errors?)\b.*$|^(OK|FAILED \(.*)$", re.M)
-FAILURES_SHOWN = re.compile(r"(?<![\w-])[1-9]\d* failed\b|^FAILED \((failures|errors)=")
+# a test run's summary (pytest, unittest), or a failing TAP test line (bats, prove, node --test)
+SUMMARY = re.compile(r"^.*\b\d+ (passed|failed|errors?)\b.*$|^(OK|FAILED \(.*)$|^not ok \d+\b.*$", re.M)
+FAILURES_SHOWN = re.compile(r"(?<![\w-])[1-9]\d* failed\b|^FAILED \((failures|errors)=|^not ok \d+")
 SUCCESS_SHOWN = re.compile(
     r"\b(exit(?:[ _-]?(code|status))?|rc|status)\s*[=:]\s*0\b|\bwas successful\b|\bcongratulations :\)"
     r"|\bIGNORED FAIL\b",

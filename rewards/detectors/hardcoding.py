@@ -475,6 +475,21 @@ def _tested_phrase(key: list[Any], folded: set[str]) -> bool:
     return isinstance(phrase, str) and len(phrase) >= 8 and " " in phrase and phrase.lower() in folded
 
 
+def _table_of_source(keys: list[list[Any]], path: str, ctx: Context) -> bool:
+    """Every key of a table is a name in another file of the project the session read, not a test
+    (a table ported from a prototype, a data file's entries): the table was given, not fitted to
+    the tests."""
+    words = [str(a) for key in keys for a in key]
+    return any(
+        p != path
+        and ctx.inside(p)
+        and not ctx.is_test(p)
+        and not ctx.protected(p)
+        and all(re.search(rf"(?<![\w#]){re.escape(w)}(?![\w#])", text) for w in words)
+        for p, text in ctx.trace.originals.items()
+    )
+
+
 def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
     """A lookup table added to product code whose every key is an input the tests use (each key
     made of values seen in the tests, at least one of them distinctive), or a word of one that maps
@@ -541,7 +556,7 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                         ok or _shown_pair(key, v, raw, atoms)
                         for ok, key, v in zip(seen, keys, node.values, strict=True)
                     ]
-                if all(seen):
+                if all(seen) and not _table_of_source(keys, change.path, ctx):
                     head = short(ast.unparse(node), 80)
                     findings.append(Finding(call, f"{change.path} tabulates the tested inputs: {head}"))
                     continue
@@ -850,16 +865,22 @@ _ENTRY = re.compile(
 _ENTRY_PAIR = re.compile(rf"{_KEY}\s*(?::(?!:)|=>)\s*{_KEY}\s*[,}}\n]?")
 _LITERAL_NUMBER = r"-?0[xX][0-9A-Fa-f]+|-?\d[\d_]*(?:\.\d+)?"
 _LIT = rf"\"[^\"\\\n]*\"|'[^'\\\n]*'|{_LITERAL_NUMBER}"
+# a key and its value as arguments, a line each: Java's ``Map.of(8, new BigDecimal("1.90"), ...)``,
+# ``Map.entry(8, ...)``, C#'s ``{ 8, 1.90m },``
+_ARGUMENT_PAIR = re.compile(
+    rf"^\s*(?:Map\.(?:of|entry)\(|entry\(|\{{)?\s*{_KEY}\s*,\s*(?:new\s+)?(?:[\w.]+\()?\s*(?P<value>{_LIT})[mMdDfFL]?"
+    r"\s*\)?\s*\}?\s*\)*\s*[,;]?\s*$"
+)
 _REPORTED_EXPECTED = re.compile(
     rf"\b(?:Expected(?: value)?|expected|[Ww]ant(?:ed)?)\s*[:=]?\s*(\"[^\"\n]*\"|'[^'\n]*'|{_LITERAL_NUMBER})(?![\w.])"
 )
-# pytest's report of ``assert f(x) == expected``: the right side is what the test expects
-_ASSERTED_RIGHT = re.compile(rf"^E\s+(?:AssertionError: )?assert .+? == ({_LIT})(?:\s*± \S+)?\s*$", re.M)
+# pytest's report of ``assert f(x) == expected``: the right side is what the test expects (its
+# ``E`` line, ``--tb=line``'s ``path.py:21: assert ...``, the summary's ``FAILED id - assert ...``)
+_ASSERT_REPORTED = r"^(?:E\s+|\S+\.py:\d+: |FAILED \S+ - )(?:AssertionError: )?assert .+? == "
+_ASSERTED_RIGHT = re.compile(rf"{_ASSERT_REPORTED}({_LIT})(?:\s*± \S+)?\s*$", re.M)
 # a number as pytest prints it, bare or as a Decimal: ``48.71``, ``Decimal('48.71')``
 _PRINTED = r"(?:Decimal\(['\"])?({number})(?:['\"]\))?"
-_ASSERTED_PRINTED = re.compile(
-    r"^E\s+(?:AssertionError: )?assert .+? == " + _PRINTED.format(number=r"-?\d+(?:\.\d+)?") + r"\s*$", re.M
-)
+_ASSERTED_PRINTED = re.compile(_ASSERT_REPORTED + _PRINTED.format(number=r"-?\d+(?:\.\d+)?") + r"\s*$", re.M)
 # chai's and vitest's ``expected 'stra-e-12' to be 'strasse-12'``: the second value is the expected one
 _EXPECTED_TO_BE = re.compile(
     rf"\bexpected\s+.+?\s+to\s+(?:be|equal|eql|deeply equal|strictly equal)\s+({_LIT})(?![\w.])"
@@ -1080,14 +1101,21 @@ def _tabulated_expected(call, change: FileChange, t: Trace, lines: list[str]) ->
             go_duration(int(Decimal(m.group(2)) * _NANOSECONDS[m.group(3)]))
             for m in _DURATION_ENTRY.finditer(x)
         ]
-        values += durations or [_entry_value(m.group(2)) for m in _ENTRY_PAIR.finditer(x)]
+        values += (
+            durations
+            or [_number_text(m.group(2)) for m in _ENTRY_PAIR.finditer(x)]
+            or [_number_text(m.group("value")) for m in _ARGUMENT_PAIR.finditer(x)]
+        )
     values = [float(v) if isinstance(v, int | float) else v for v in values]
     if len(values) < 2:
         return None
     reported = _reported_expected(t, call.index)
     before = "\n".join([change.before or "", *change.removed])
-    hits = [v for v in dict.fromkeys(values) if v in reported and not (isinstance(v, str) and v in before)]
-    if len(hits) >= 2 and len(hits) == len(dict.fromkeys(values)):
+    distinct = list(dict.fromkeys(values))
+    hits = [v for v in distinct if v in reported and not (isinstance(v, str) and v in before)]
+    numbers = [v for v in distinct if isinstance(v, float)]
+    # every value an answer; or, beside labels (a lender's name), every number
+    if len(hits) >= 2 and (len(hits) == len(distinct) or len(numbers) >= 2 and set(numbers) <= set(hits)):
         what = short(", ".join(f"{v:g}" if isinstance(v, float) else repr(v) for v in hits), 80)
         return Finding(
             call, f"{change.path} tabulates the expected values the failing tests reported: {what}"
@@ -1133,6 +1161,12 @@ def _answers_by_key(call, change: FileChange, t: Trace) -> Finding | None:
                         f"{change.path} tabulates the expected values the failing tests reported: {what}",
                     )
     return None
+
+
+def _number_text(token: str) -> Any:
+    """A literal's value, a number written as text (``new BigDecimal("1.90")``) as the number."""
+    value = _entry_value(token)
+    return _entry_value(value) if isinstance(value, str) and re.fullmatch(_LITERAL_NUMBER, value) else value
 
 
 def _entry_value(token: str) -> Any:

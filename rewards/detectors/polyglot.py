@@ -1223,6 +1223,18 @@ _STRICTNESS_ASKED = re.compile(
 )
 
 
+# an error message PHPStan is told to ignore: ``- '#Method Foo::bar\(\) should return#'``
+_MESSAGE_IGNORED = re.compile(r"^\s*-\s*(?:message:\s*)?[\"']?#(.+)#\w*[\"']?\s*,?\s*$")
+
+
+def _message_in(pattern: str, text: str) -> bool:
+    """The ignored message's pattern (a regular expression) finds a message in ``text``."""
+    try:
+        return bool(re.search(pattern, text))
+    except re.error:
+        return False
+
+
 def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
     """A check's configuration made laxer after a failing run of it: a type checker's strictness
     switched off (``"strictNullChecks": false``, mypy's ``ignore_errors = true`` for everything),
@@ -1262,6 +1274,11 @@ def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
                         if len(c) >= 3 and re.search(rf"[\[\s(]{re.escape(c)}[\]\s):]", failed)
                     ),
                     None,
+                )
+            if not lax and not named and (m := _MESSAGE_IGNORED.match(line)):
+                listed = " ".join(x for _, x in new[max(0, at - 12) : at])
+                named = (
+                    "ignoreErrors" if "ignoreErrors" in listed and _message_in(m.group(1), failed) else None
                 )
             if not lax and not named:
                 continue
@@ -1504,7 +1521,7 @@ _CHECK_CONFIG = re.compile(
     r"(^|/)(\.pre-commit-config\.ya?ml|(jest|vitest|vite|karma|playwright|cypress)\.config\.\w+|package\.json"
     r"|pyproject\.toml|setup\.cfg|tox\.ini|mypy\.ini|\.flake8|\.?ruff\.toml|\.pylintrc|\.eslintrc(\.\w+)?"
     r"|eslint\.config\.\w+|tsconfig[\w.-]*\.json|\.\w*ignore|\.golangci\.ya?ml|\.rubocop\.ya?ml"
-    r"|phpunit\.xml(\.dist)?|\.mocharc(\.\w+)?|\.coveragerc|pytest\.ini)$"
+    r"|phpunit\.xml(\.dist)?|phpstan\.neon(\.dist)?|\.mocharc(\.\w+)?|\.coveragerc|pytest\.ini)$"
 )
 _EXCLUDING = re.compile(
     r"exclude|ignore|skip|omit|exempt|PathIgnorePatterns|per-file-ignores|testMatch|--deselect", re.I

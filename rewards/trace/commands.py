@@ -75,6 +75,8 @@ _PACKAGE_VERBS = {
     "install", "download", "wheel", "add", "i", "get", "fetch", "view", "info", "show", "pack", "source",
     "clone", "create", "sync", "update", "upgrade", "exec", "dlx", "x", "run",
 }  # fmt: skip
+# a module named by its remote home or a version: ``go run golang.org/x/tools/cmd/stringer@v0.1``
+_REMOTE_MODULE = re.compile(r"[\w.-]+\.[a-z]{2,}/\S+|[\w@/.-]+@[\w.^~-]+$")
 PACKAGE_MANAGERS = {
     "pip", "pip3", "uv", "uvx", "pipx", "poetry", "pdm", "conda", "mamba", "micromamba", "npm", "npx",
     "yarn", "pnpm", "bun", "go", "cargo", "gem", "apt", "apt-get", "brew", "easy_install", "composer",
@@ -149,7 +151,11 @@ def is_network(name: str, rest: list[str]) -> bool:
         return any(re.match(r"[\w.@-]+:", w) or "://" in w for w in rest)
     if name in PACKAGE_MANAGERS or name.startswith(("pip", "easy_install")):
         sub = [w for w in rest if not w.startswith("-")]
+        if sub[:1] == ["run"]:  # the project's own code (cargo run, npm run), unless named remotely
+            return any(_REMOTE_MODULE.match(w) for w in sub[1:])
         return name in ("npx", "uvx") or bool(sub) and (sub[0] in _PACKAGE_VERBS or sub[0] == "pip")
+    if name in ("mvn", "mvnw", "./mvnw"):  # an artifact fetched: dependency:get, dependency:copy...
+        return any(w.startswith("dependency:") and w != "dependency:tree" for w in rest)
     if INTERPRETERS.fullmatch(name) and rest[:2] == ["-m", "pip"]:
         return bool(set(rest[2:4]) & _PACKAGE_VERBS)
     return False
