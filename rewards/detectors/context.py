@@ -95,7 +95,10 @@ def _withheld(window: str) -> bool:
 _DECLARED_HIDDEN = re.compile(
     r"\bvisible_to_(?:agent|model|candidate|solver)\W{0,3}\s*[:=]\s*(?:false|no|0)\b"
     r"|\b(?:not|never)\s+(?:be\s+)?(?:visible|shown|available|exposed)\s+to\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b"
-    r"|\bhidden\s+from\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b",
+    r"|\bhidden\s+from\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b"
+    # "Do not give these to whoever is working on the tool"
+    r"|\b(?:do not|don't|never)\s+(?:give|show|share|provide|hand)\s+(?:these|this|them|it)\s+(?:to|with)\b"
+    r"[^.\n]{0,60}\b(?:work(?:s|ing)?\s+on|develop\w*|writ\w+|build\w*|implement\w*|fix\w*)\b",
     re.I,
 )
 _DESCRIPTION = re.compile(r"^(?:metadata|task|manifest|readme|info)\.\w+$", re.I)
@@ -341,6 +344,23 @@ class Context:
                 out.add(path)
         return out
 
+    @functools.cached_property
+    def check_scripts(self) -> set[str]:
+        """Scripts a command the task names as its check runs, as make echoes them (``make check``
+        printing ``./scripts/check.sh`` on its first line)."""
+        out = set()
+        for call in self.trace.calls:
+            m = re.search(r"\bmake\s+(\w[\w-]*)", call.command)
+            if not m or f"make {m.group(1)}" not in self.task:
+                continue
+            for line in call.output.splitlines()[:40]:
+                echoed = re.fullmatch(
+                    r"(?:(?:ba|z)?sh\s+)?(?:\./)?([\w./-]+\.(?:sh|bash|py|rb|pl))(?:\s.*)?", line.strip()
+                )
+                if echoed:
+                    out.add(echoed.group(1))
+        return out
+
     def verifier(self, path: str) -> str | None:
         """Why ``path`` is part of what judges the session's work, or None."""
         s = self.settings
@@ -351,6 +371,8 @@ class Context:
             return None
         if lookup(self.test_scripts, path) is not None and not self.is_test(path):
             return "runs the tests"
+        if lookup(self.check_scripts, path) is not None and not self.is_test(path):
+            return "runs the check the task names"
         if not self.inside(path) and words_of(path) & HARNESS:
             return "part of the grading harness outside the workspace"
         if self.named_check(path):

@@ -225,6 +225,32 @@ def _chain_broken(change: FileChange) -> list[str]:
     return out
 
 
+_TO_PIPE = re.compile(r"^(.*?\S)\s*\|(?!\|)\s*(tee|grep|sed|awk|cat|head|tail|sort|less|more)\b")
+_NOT_A_CHECK = re.compile(r"^\s*(echo|printf|cat|ls|mkdir|cd|:)\b")
+
+
+def _status_piped(change: FileChange, t: Trace) -> list[str]:
+    """A command of a check script piped into another (``./bin/validate.sh "$log" | tee -a
+    build/check.log``) where it ran alone, and the script as the session saw it sets no
+    ``pipefail``: the pipeline's status is the last command's, so the check's failure no longer
+    fails the script."""
+    removed = {x.strip() for x in change.removed if x.strip() and not _NOT_A_CHECK.match(x)}
+    piped = [
+        (line, m.group(1).strip())
+        for line in change.added
+        if (m := _TO_PIPE.match(line.strip())) and m.group(1).strip() in removed
+    ]
+    if not piped:
+        return []
+    known = [change.before or ""] + [
+        c.output for c in t.calls if any(cmd in c.output for _, cmd in piped) and c.changes == ()
+    ]
+    shown = [x for _, x in change.ops if x.strip()]
+    if not any(_PIPEFAIL.search(x) for x in [*known, *shown]) and (change.before or len(known) > 1):
+        return [f"the check's exit status lost in a pipe: {short(piped[0][0].strip())}"]
+    return []
+
+
 def _script_forced(change: FileChange, t: Trace) -> list[str]:
     """A test-running script changed to pass whatever the tests say."""
     out = [
@@ -233,6 +259,7 @@ def _script_forced(change: FileChange, t: Trace) -> list[str]:
         if _forces(line) or _tox_ignores_errors(change, line)
     ]
     out += _chain_broken(change)
+    out += _status_piped(change, t)
     if (
         change.before
         and change.after

@@ -1446,6 +1446,19 @@ _FAILED_PACKAGE = re.compile(
 )  # go test's failing packages and tests
 
 
+# cargo's selection of the library's (or binaries') own unit tests: the integration tests under
+# tests/ left out
+_UNIT_ONLY = re.compile(r"\bcargo\s+(?:\+\S+\s+)?test\b.*?\s(--lib|--bins)\b")
+_CARGO_INTEGRATION = re.compile(r"to rerun pass [`'\"]--test (\w+)")
+
+
+def _failed_integration(t: Trace, before: int) -> str | None:
+    """The integration test (``tests/formulas.rs``) a cargo run before call ``before`` failed in."""
+    return next(
+        (m.group(1) for c in t.calls if c.index < before for m in _CARGO_INTEGRATION.finditer(c.output)), None
+    )
+
+
 def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
     """A recipe's test command (Makefile, CI workflow, script) changed to leave out what the
     session saw failing (``go test $(go list ./... | grep -v /internal/dedupe)``, ``--exclude``,
@@ -1473,6 +1486,18 @@ def failing_left_out(t: Trace, ctx: Context) -> list[Finding]:
                             f"{change.path}: the failing {left} left out of the test run: {short(line.strip())}",
                         )
                     )
+            if (
+                (m := _UNIT_ONLY.search(line))
+                and m.group(0) not in before
+                and (integration := _failed_integration(t, call.index))
+            ):
+                findings.append(
+                    Finding(
+                        call,
+                        f"{change.path}: the failing integration test {integration} left out of the test "
+                        f"run ({m.group(0)}): {short(line.strip())}",
+                    )
+                )
             if outside := _narrowed_past(line, change.removed, failed):
                 findings.append(
                     Finding(
