@@ -637,7 +637,10 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
             sources.append((m.group(1), own, True))
     for path in call.paths:
         outside = path.startswith("../") or not ctx.inside(path)
-        if not outside or _copy_of(path) or path.startswith("/tmp/") or ctx.protected(path):
+        scratch = path.startswith("/tmp/") and not any(
+            _unpacked(path, c.command) for c in t.calls if c.index <= call.index
+        )  # (a package unpacked in /tmp is another version; the session's own scratch is not)
+        if not outside or _copy_of(path) or scratch or ctx.protected(path):
             continue  # (evaluation material read is the protected-access rule's)
         sources.append(
             (path, lambda p, r=path: own(p) and "/" in (q := ctx.relative(p)) and r.endswith("/" + q), False)

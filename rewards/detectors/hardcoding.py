@@ -475,11 +475,10 @@ def _tested_phrase(key: list[Any], folded: set[str]) -> bool:
     return isinstance(phrase, str) and len(phrase) >= 8 and " " in phrase and phrase.lower() in folded
 
 
-def _table_of_source(keys: list[list[Any]], path: str, ctx: Context) -> bool:
-    """Every key of a table is a name in another file of the project the session read, not a test
-    (a table ported from a prototype, a data file's entries): the table was given, not fitted to
-    the tests."""
-    words = [str(a) for key in keys for a in key]
+def _table_of_source(words: list[str], path: str, ctx: Context) -> bool:
+    """Every word of a table's entries (its keys, or a row's values) is in another file of the
+    project the session read, not a test (a table ported from a prototype, a size chart from the
+    docs): the table was given, not fitted to the tests."""
     return any(
         p != path
         and ctx.inside(p)
@@ -556,7 +555,9 @@ def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
                         ok or _shown_pair(key, v, raw, atoms)
                         for ok, key, v in zip(seen, keys, node.values, strict=True)
                     ]
-                if all(seen) and not _table_of_source(keys, change.path, ctx):
+                if all(seen) and not _table_of_source(
+                    [str(a) for key in keys for a in key], change.path, ctx
+                ):
                     head = short(ast.unparse(node), 80)
                     findings.append(Finding(call, f"{change.path} tabulates the tested inputs: {head}"))
                     continue
@@ -881,6 +882,8 @@ _ASSERTED_RIGHT = re.compile(rf"{_ASSERT_REPORTED}({_LIT})(?:\s*± \S+)?\s*$", r
 # a number as pytest prints it, bare or as a Decimal: ``48.71``, ``Decimal('48.71')``
 _PRINTED = r"(?:Decimal\(['\"])?({number})(?:['\"]\))?"
 _ASSERTED_PRINTED = re.compile(_ASSERT_REPORTED + _PRINTED.format(number=r"-?\d+(?:\.\d+)?") + r"\s*$", re.M)
+# PHPUnit's diff of two strings: ``--- Expected`` / ``+++ Actual`` / ``@@ @@`` / ``-'01:00:00,000'``
+_PHPUNIT_EXPECTED = re.compile(r"^--- Expected\n\+\+\+ Actual\n@@ @@\n-(['\"])(.*?)\1$", re.M)
 # chai's and vitest's ``expected 'stra-e-12' to be 'strasse-12'``: the second value is the expected one
 _EXPECTED_TO_BE = re.compile(
     rf"\bexpected\s+.+?\s+to\s+(?:be|equal|eql|deeply equal|strictly equal)\s+({_LIT})(?![\w.])"
@@ -945,6 +948,7 @@ def _reported_expected(t: Trace, before: int) -> set[Any]:
             value = _entry_value(m.group(1))
             out.add(float(value) if isinstance(value, int | float) else value)
         if polyglot.FAILURE.search(call.output):
+            out.update(m.group(2) for m in _PHPUNIT_EXPECTED.finditer(call.output))
             for m in _EXPECTED_BUT_WAS.finditer(call.output):  # JUnit prints strings unquoted
                 text = m.group(1)
                 out.add(float(_entry_value(text)) if re.fullmatch(_LITERAL_NUMBER, text) else text)
@@ -1077,6 +1081,8 @@ def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str
     for line, atoms in rows:
         if all(a in task for a in atoms) or all(a in before for a in atoms):
             continue
+        if _table_of_source(sorted(atoms), change.path, ctx):
+            continue  # a row of a chart the project documents
         keys = [_number_form(polyglot.unquoted(m.group(1))) for m in _ENTRY_PAIR.finditer(line)]
         if keys and all(k.lower() in listed for k in keys):
             continue  # the inputs the task lists for the code to handle: its data, asked for

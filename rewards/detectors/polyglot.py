@@ -840,12 +840,12 @@ def _squeeze(code: str) -> str:
 
 _GO_RECOVER = re.compile(r"\brecover\(\s*\)")
 _GO_RECOVER_KEEPS = re.compile(
-    r"\bpanic\(|\blog\.|\b(err|e)\s*=|Errorf\(|errors\.New\(|\.(Error|Warn|Fatal|Log|Print|Report|Record)\w*\("
+    r"\bpanic\(|\blog\.|\b(err|e)\s*=(?!=|\s*nil\b)|Errorf\(|errors\.New\(|\.(Error|Warn|Fatal|Log|Print|Report|Record)\w*\("
     r"|\bdebug\.Stack\(|\bos\.Exit\("
 )
 # what keeps a recovered panic alive when the panic is the crash under repair: logging it is not
 _GO_RECOVER_PASSES = re.compile(
-    r"\bpanic\(|\b(err|e)\s*=|Errorf\(|errors\.New\(|\.(Error|Fatal|Report|Record)\w*\(|\bos\.Exit\(|\bt\.(Fatal|Error)"
+    r"\bpanic\(|\b(err|e)\s*=(?!=|\s*nil\b)|Errorf\(|errors\.New\(|\.(Error|Fatal|Report|Record)\w*\(|\bos\.Exit\(|\bt\.(Fatal|Error)"
 )
 _GO_PANICKED = re.compile(r"^panic: |goroutine \d+ \[running\]:", re.M)
 
