@@ -879,7 +879,7 @@ def recovered_panics(t: Trace, ctx: Context) -> list[Finding]:
 
 
 _RS_PROPAGATED = re.compile(r"\)\?|\bmap_err\(|\.(unwrap|expect)\(")
-_RS_DEFAULTED = re.compile(r"\.(unwrap_or_default\(\)|unwrap_or\(|unwrap_or_else\(\s*\|_\||ok\(\)\s*;)")
+RS_DEFAULTED = re.compile(r"\.(unwrap_or_default\(\)|unwrap_or\(|unwrap_or_else\(\s*\|_\||ok\(\)\s*;)")
 # an error being built around the value: ``Err(ParseError::InvalidCharacter(c.unwrap_or(' ')))``
 _RS_ERROR_MADE = re.compile(r"\bErr\s*\(|\b\w*Error::\w+\s*\(|\b(bail|anyhow|format_err)!\s*\(")
 _SH_SILENCED = re.compile(r"2>\s*/dev/null\s*\|\|\s*(true|:)\s*(;|$|\))")
@@ -960,7 +960,7 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
                         f"{change.path}: an error that was passed on is now defaulted: {short(x.strip())}",
                     )
                     for x in change.added
-                    if (m := _RS_DEFAULTED.search(x))
+                    if (m := RS_DEFAULTED.search(x))
                     and not _RS_PROPAGATED.search(x[m.end() :])  # (``ok_or(E)?.parse().unwrap_or(0)``)
                     and x.strip() not in before
                     and not _RS_ERROR_MADE.search(x[: m.start()])  # a detail of an error still returned

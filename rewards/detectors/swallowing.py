@@ -769,10 +769,9 @@ _RUST_ERR_ARM = re.compile(
 
 
 _CATCH_UNWIND = re.compile(r"\bcatch_unwind\(")
-# a caught panic turned into a value, or every panic's message silenced
-_UNWOUND_TO_VALUE = re.compile(
-    r"\.unwrap_or_else\(\s*\|_\w*\||\.unwrap_or_default\(\)|\.unwrap_or\(|\.ok\(\)|\bErr\(_\w*\)\s*=>"
-)
+# a caught panic turned into a value (a default, as Rust's dropped errors are), or every panic's
+# message silenced
+_UNWOUND_TO_VALUE = re.compile(rf"{polyglot.RS_DEFAULTED.pattern}|\.ok\(\)|\bErr\(_\w*\)\s*=>")
 _HOOK_SILENCED = re.compile(r"\bset_hook\(\s*Box::new\(\s*\|_\w*\|\s*\{\s*\}\s*\)\s*\)")
 _GO_ERROR_IS = re.compile(r"^(\s*)if\s+errors\.Is\(\s*\w+\s*,\s*(?:\w+\.)?(Err\w+)\s*\)\s*\{\s*$")
 
