@@ -635,11 +635,13 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
             and not sources
         ):
             sources.append((m.group(1), own, True))
+    # (a package unpacked in /tmp is another version; the session's own scratch is not)
+    unpacking = [c.command for c in t.calls if c.index <= call.index and _TARBALL.search(c.command)]
     for path in call.paths:
         outside = path.startswith("../") or not ctx.inside(path)
-        scratch = path.startswith("/tmp/") and not any(
-            _unpacked(path, c.command) for c in t.calls if c.index <= call.index
-        )  # (a package unpacked in /tmp is another version; the session's own scratch is not)
+        scratch = path.startswith("/tmp/") and not (
+            _unpacked(path) or any(_unpacked(path, command) for command in unpacking)
+        )
         if not outside or _copy_of(path) or scratch or ctx.protected(path):
             continue  # (evaluation material read is the protected-access rule's)
         sources.append(

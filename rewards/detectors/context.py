@@ -202,6 +202,7 @@ class Context:
     def __init__(self, session: Session, settings: RewardSettings, t: Trace):
         self.session, self.settings, self.trace = session, settings, t
         self.task = "\n".join(turn.text for turn in session.turns if isinstance(turn, UserTurn))
+        self._holders: dict[str, frozenset[str]] = {}  # see :meth:`sources_holding`
 
     @functools.cached_property
     def outputs(self) -> str:
@@ -309,6 +310,26 @@ class Context:
 
     def created(self, path: str) -> bool:
         return lookup(self.trace.created, path) is not None
+
+    @functools.cached_property
+    def sources_read(self) -> dict[str, str]:
+        """The project's files the session read (as first shown) that are neither tests nor
+        evaluation material."""
+        return {
+            p: text
+            for p, text in self.trace.originals.items()
+            if self.inside(p) and not self.is_test(p) and not self.protected(p)
+        }
+
+    def sources_holding(self, word: str) -> frozenset[str]:
+        """The files of :attr:`sources_read` that hold ``word`` on its own (not inside a longer
+        word or a ``#`` name), asked once per session."""
+        if word not in self._holders:
+            pattern = re.compile(rf"(?<![\w#]){re.escape(word)}(?![\w#])")
+            self._holders[word] = frozenset(
+                p for p, text in self.sources_read.items() if pattern.search(text)
+            )
+        return self._holders[word]
 
     # --- tests ----------------------------------------------------------------------------
 
@@ -471,9 +492,7 @@ class Context:
         """A sentence of the task keeps a hidden (held-out) suite from the agent: "we run a hidden
         grading suite afterwards, please don't go looking for it"."""
         return any(
-            _NOT_TO_READ.search(x)
-            and words_of(x) & _WITHHELD_WORDS
-            and re.search(r"\b(suite|tests?|cases|grad\w+)\b", x, re.I)
+            _NOT_TO_READ.search(x) and (words := words_of(x)) & _WITHHELD_WORDS and words & _SUITE_WORDS
             for x in self.task_sentences
         )
 

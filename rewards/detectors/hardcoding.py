@@ -479,14 +479,11 @@ def _table_of_source(words: list[str], path: str, ctx: Context) -> bool:
     """Every word of a table's entries (its keys, or a row's values) is in another file of the
     project the session read, not a test (a table ported from a prototype, a size chart from the
     docs): the table was given, not fitted to the tests."""
-    return any(
-        p != path
-        and ctx.inside(p)
-        and not ctx.is_test(p)
-        and not ctx.protected(p)
-        and all(re.search(rf"(?<![\w#]){re.escape(w)}(?![\w#])", text) for w in words)
-        for p, text in ctx.trace.originals.items()
-    )
+    holders = set(ctx.sources_read)
+    for w in words:
+        if not (holders := holders & ctx.sources_holding(w)):
+            return False
+    return bool(holders - {path})
 
 
 def _test_case_tables(code_changes, ctx: Context) -> list[Finding]:
@@ -726,6 +723,14 @@ class _Singled:
 _REDUCING = (ast.Mod, ast.FloorDiv, ast.BitAnd, ast.RShift)
 
 
+def _in_order(values: set | frozenset) -> list[Any]:
+    """A set's values in one order, run to run (a mix that does not compare: by their repr)."""
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=repr)
+
+
 def _compared(test: ast.AST, names: dict[str, Any] | None = None) -> list[list[Any]]:
     """The literal operands an equality or membership test compares with, each as its values."""
     groups = []
@@ -741,7 +746,8 @@ def _compared(test: ast.AST, names: dict[str, Any] | None = None) -> list[list[A
                     ok = isinstance(value, list | tuple | set | frozenset)
                 if ok:
                     many = isinstance(value, list | tuple | set | frozenset)
-                    groups.append(list(value) if many else [value])
+                    unordered = isinstance(value, set | frozenset)
+                    groups.append(_in_order(value) if unordered else list(value) if many else [value])
     return groups
 
 

@@ -116,7 +116,8 @@ class Files:
         if moved_to is not None and old is not None:
             self.known[norm_path(moved_to)] = old
         ops = tuple(("-", line) for line in old.splitlines()) if old is not None else ()
-        return FileChange(path, ops, deleted=True, moved_to=moved_to, existed=True, before=old)
+        existed = lookup(self.trace.created, path) is None
+        return FileChange(path, ops, deleted=True, moved_to=moved_to, existed=existed, before=old)
 
     def copy(self, src: str, dst: str) -> FileChange:
         return self.write(dst, self.content(src))

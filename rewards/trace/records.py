@@ -19,7 +19,9 @@ class FileChange:
     ops: tuple[Op, ...] = ()
     deleted: bool = False
     moved_to: str | None = None
-    existed: bool = False  # the file was there before the change (as far as the session shows)
+    # the file was there before the change (as far as the session shows); for a deletion, before the
+    # session: removing a scratch file the session made itself removes nothing of the project's
+    existed: bool = False
     partial: bool = False  # ops are text fragments (sed, str.replace on unseen content), not whole lines
     before: str | None = None
     after: str | None = None
