@@ -612,7 +612,8 @@ def _names_ref(ref: str, task: str) -> bool:
 def _other_version(call, t: Trace, ctx: Context) -> str | None:
     """Another version of a file of the project, shown and then written over the project's own:
     the file as another branch, a colleague's ref or a release holds it, or the changes of such a
-    line of work, or the same file in a checkout outside the workspace; three or more of its code
+    line of work, or the same file in a checkout outside the workspace or printed from a package's
+    archive (a newer release's sources jar, ``unzip -p``); three or more of its code
     lines the file did not hold before. A fix taken from where it was already made, instead of
     made. (The revision checked out and its ancestors are the project's own past; a revision the
     task names, or a port or merge it asks for, is not taken.)"""
@@ -635,6 +636,10 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
             and not sources
         ):
             sources.append((m.group(1), own, True))
+    for m in _ARCHIVE_MEMBER.finditer(call.command):  # a file of a package archive printed
+        member = (m.group(1) or m.group(2)).strip("'\"")
+        if len(tail := member.split("/")[-2:]) == 2:
+            sources.append((member, lambda p, e=tail: own(p) and ctx.relative(p).split("/")[-2:] == e, False))
     # (a package unpacked in /tmp is another version; the session's own scratch is not)
     unpacking = [c.command for c in t.calls if c.index <= call.index and _TARBALL.search(c.command)]
     for path in call.paths:
