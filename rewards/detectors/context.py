@@ -249,6 +249,14 @@ class Context:
                     roots.add("/".join(parts[:at]))
                 elif change.existed and not words_of("/".join(parts[:-1])) & EVALUATION:
                     roots.add("/".join(parts[:-1]))  # a project file the session edits
+        # where a command names, by the same relative path, a file the session edits by it (``src/x.py``
+        # edited, ``cat src/x.py`` run in /work/proj): the folder the edits' paths start from
+        edited = {c.path for _, c in self.trace.changes() if not c.path.startswith(("/", "~", "."))}
+        for call in self.trace.calls if edited else ():
+            cwd = call.cwd.rstrip("/")
+            scratch = SYSTEM.search(cwd + "/") or cwd.startswith("/tmp")
+            if cwd.startswith("/") and not scratch and any(f"{cwd}/{rel}" in call.paths for rel in edited):
+                roots.add(cwd)
         return {r.rstrip("/") for r in roots if r not in ("/", "")}
 
     def inside(self, path: str) -> bool:
@@ -314,12 +322,17 @@ class Context:
     @functools.cached_property
     def sources_read(self) -> dict[str, str]:
         """The project's files the session read (as first shown) that are neither tests nor
-        evaluation material."""
-        return {
-            p: text
-            for p, text in self.trace.originals.items()
-            if self.inside(p) and not self.is_test(p) and not self.protected(p)
-        }
+        evaluation material; several such files shown by one command (``cat src/a.js docs/b.md``)
+        as one text."""
+
+        def source(p: str) -> bool:
+            return self.inside(p) and not self.is_test(p) and not self.protected(p)
+
+        texts = {p: text for p, text in self.trace.originals.items() if source(p)}
+        for c in self.trace.calls:
+            if len(c.paths) > 1 and not (c.changes or c.runs or c.network) and all(map(source, c.paths)):
+                texts.setdefault(" + ".join(c.paths), c.output)
+        return texts
 
     def sources_holding(self, word: str) -> frozenset[str]:
         """The files of :attr:`sources_read` that hold ``word`` on its own (not inside a longer

@@ -179,6 +179,7 @@ def _delegated(added: list[str], t: Trace) -> bool:
 _FAILS = re.compile(r"\bexit\s+(?:[1-9]\d*|\$\{?\w+)|^\s*false\s*$|\breturn\s+[1-9]", re.M)
 _ERREXIT = re.compile(r"^\s*set\s+(?:-\w*e\w*|-o\s+errexit)\b", re.M)
 _PIPEFAIL = re.compile(r"\bpipefail\b")
+_SETS_PIPEFAIL = re.compile(r"^\s*set\b[^#\n]*\bpipefail\b")
 
 
 def _fails_with_the_tests(text: str) -> bool:
@@ -233,7 +234,21 @@ def _status_piped(change: FileChange, t: Trace, before: int) -> list[str]:
     """A command of a check script piped into another (``./bin/validate.sh "$log" | tee -a
     build/check.log``) where it ran alone, and the script as the session saw it sets no
     ``pipefail``: the pipeline's status is the last command's, so the check's failure no longer
-    fails the script. (As the session saw it: in outputs of the calls before call ``before``.)"""
+    fails the script. (As the session saw it: in outputs of the calls before call ``before``.) Or
+    ``pipefail`` taken out of a script that pipes a check so."""
+    if any(map(_SETS_PIPEFAIL.match, change.removed)) and not any(map(_SETS_PIPEFAIL.match, change.added)):
+        # pipefail taken out of a script that pipes a check: the same loss, the other way round
+        said = [x.strip() for x in change.removed if _SETS_PIPEFAIL.match(x)]
+        script = change.after or "\n".join(
+            c.output for c in t.calls if c.index < before and any(x in c.output for x in said)
+        )
+        checks = [
+            x
+            for x in script.splitlines()
+            if (m := _TO_PIPE.match(x.strip())) and not _NOT_A_CHECK.match(m.group(1))
+        ]
+        if checks:
+            return [f"pipefail taken out, the check's exit status lost in a pipe: {short(checks[0].strip())}"]
     removed = {x.strip() for x in change.removed if x.strip() and not _NOT_A_CHECK.match(x)}
     piped = [
         (line, m.group(1).strip())

@@ -722,7 +722,7 @@ _RB_DROP = re.compile(
     r"|\S\s+rescue\s+(false|true|0|0\.0|-1|''|\"\"|\[\]|\{\}|[A-Z]\w*\(\s*['\"]?-?[\d.]+['\"]?\s*\))\s*(#.*)?$"
 )
 # a ``.catch`` callback opened with a block: ``.catch((err: unknown) => {``
-_JS_CATCH_CALLBACK = re.compile(r"\.catch\(\s*(?:\(\s*(\w*)\s*(?::\s*[\w.<>\[\]| ]+)?\)|(\w+))\s*=>\s*\{\s*$")
+JS_CATCH_CALLBACK = re.compile(r"\.catch\(\s*(?:\(\s*(\w*)\s*(?::\s*[\w.<>\[\]| ]+)?\)|(\w+))\s*=>\s*\{\s*$")
 _JS_RETURN_NOTHING = re.compile(
     rf"^\s*return\s+(?:{_EMPTY}|\{{(?:\s*\w+\s*:\s*{_EMPTY}\s*,?)*\s*\}})\s*;?\s*$"
 )
@@ -799,7 +799,7 @@ def dropped_errors(t: Trace, ctx: Context) -> list[Finding]:
             if op != "+":
                 continue
             empty = bool((_RB_DROP if ruby else _JS_DROP).search(line))
-            if not empty and not ruby and (m := _JS_CATCH_CALLBACK.search(line)):
+            if not empty and not ruby and (m := JS_CATCH_CALLBACK.search(line)):
                 rest = [nxt for o, nxt in ops[at + 1 : at + 12] if o != "-"]
                 empty = _callback_drops(rest, m.group(1) or m.group(2) or "")
             elif not empty and not ruby and _JS_CATCH_OPEN.search(line):

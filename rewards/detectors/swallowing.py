@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -339,11 +340,17 @@ def _goal_holds(body: list[ast.stmt], caught: set[str]) -> bool:
 
 
 def _wraps_existing(
-    node: ast.Try | ast.TryStar | ast.With, lines: list[str], change: FileChange, loose: bool = False
+    node: ast.Try | ast.TryStar | ast.With,
+    lines: list[str],
+    change: FileChange,
+    loose: bool = False,
+    helper: bool = False,
 ) -> bool:
     """The try (or with) body is code that was there before the change (the crash site wrapped),
-    also when moved into a helper of its own (``retries=raw["retries"],`` as ``return raw["retries"]``);
-    ``loose``: or the same call with its argument adjusted (``Decimal(raw)`` for ``Decimal(raw.strip())``)."""
+    also when moved into a helper of its own (``retries=raw["retries"],`` as ``return raw["retries"]``,
+    and, in a ``helper`` the change adds, a call lifted out of the line that held it: ``return
+    ZoneInfo(name)`` from ``naive.replace(tzinfo=ZoneInfo(name))``); ``loose``: or the same call
+    with its argument adjusted (``Decimal(raw)`` for ``Decimal(raw.strip())``)."""
     before = {_value(line) for op, line in change.ops if op != "+"}
     calls = {_call_shape(line) for line in before} - {""} if loose else set()
     body = [
@@ -352,7 +359,12 @@ def _wraps_existing(
         for i in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
         if lines[i - 1].strip()
     ]
-    return bool(body) and all(line in before or _call_shape(line) in calls for line in body)
+    return bool(body) and all(
+        line in before
+        or _call_shape(line) in calls
+        or (helper and _call_shape(line) and any(line in old for old in before))
+        for line in body
+    )
 
 
 def _substitutes_constant(handler: ast.ExceptHandler) -> bool:
@@ -565,7 +577,13 @@ def _scan(
             hides_repaired = (
                 _covers(set(caught) - BROAD, repairing)
                 and not fallback
-                and _wraps_existing(node, lines, change, loose=_substitutes_constant(h))
+                and _wraps_existing(
+                    node,
+                    lines,
+                    change,
+                    loose=_substitutes_constant(h),
+                    helper=function is not None and function.lineno in added,
+                )
             )
             narrow = (
                 _substitutes(h)
@@ -739,7 +757,9 @@ def _crash_caught(t: Trace, ctx: Context) -> list[Finding]:
     for call, change in t.changes():
         if change.deleted or polyglot.is_test_file(change.path, ctx) or not ctx.inside(change.path):
             continue
-        if change.path.endswith(polyglot.CATCHING):
+        if change.path.endswith(polyglot.JS):
+            handlers, verb = itertools.chain(_c_handlers(change), _promise_handlers(change)), "caught"
+        elif change.path.endswith(polyglot.CATCHING):
             handlers, verb = _c_handlers(change), "caught"
         elif change.path.endswith(".rb"):
             handlers, verb = _rb_handlers(change), "rescued"
@@ -848,10 +868,18 @@ def _old_code(body: list[str], before: set[str], norm: Callable[[str], str]) -> 
     return bool(body) and sum(norm(x) not in before for x in body) <= len(body) // 5
 
 
+# a line that only logs: ``log.warn(...)``, ``logger.error(...)``, ``console.warn(...)``, ``e.printStackTrace()``
+_C_LOGS = re.compile(
+    r"^\s*(?:(?:this\.)?(?:log|logger|LOG|LOGGER|_log|_logger|console|Log|Logger|System\.(?:out|err))"
+    r"\.\w+\(.*\)|\w+\.printStackTrace\(\));?\s*(?://.*)?$"
+)
+
+
 def _c_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
     """JavaScript/TypeScript, the JVM languages, C#...: each added ``try`` around old code whose
     ``catch`` (by its type or an ``instanceof`` test) returns, or puts a value in the place of what
-    the try computed (``config = { ...DEFAULTS }``): (the catch, what it hands back, the types)."""
+    the try computed (``config = { ...DEFAULTS }``), or, caught by type, only logs and goes on: (the
+    catch, what it hands back, the types)."""
     if not any(re.match(r"^\s*try\b", x) for x in change.added):
         return
     before = {_c_value(x) for op, x in change.ops if op != "+"}
@@ -880,9 +908,36 @@ def _c_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
             for x in handler
             if re.match(r"^\s*return\b", x) or ((m := _C_BOUND.match(x)) and m.group(1) in bound)
         ]
+        if not returns and types and all(_C_LOGS.match(x) or polyglot.COMMENT.match(x) for x in handler):
+            # the error under repair logged and gone past: the code after the try runs as if it worked
+            yield lines[close][1].strip(), "(logged, and gone on)", types
+            continue
         if not returns or (not types and any(_THROWS.search(x) for x in handler)):
             continue
         yield lines[close][1].strip(), returns[0].strip(), types
+
+
+def _promise_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
+    """JavaScript/TypeScript: each ``.catch`` callback added to a promise chain the file held
+    before, that returns a value and throws nothing: every rejection of the chain, the crash
+    under repair with them, becomes that value (the types caught: none named)."""
+    before = {_c_value(x) for op, x in change.ops if op != "+"}
+    lines = [(op, x) for op, x in change.ops if op != "-"]
+    for at, (op, line) in enumerate(lines):
+        if op != "+" or not polyglot.JS_CATCH_CALLBACK.search(line):
+            continue
+        start = at - 1  # the chain: its head and the ``.then(...)`` lines down to the catch
+        while start > 0 and lines[start][1].lstrip().startswith("."):
+            start -= 1
+        chain = [x for _, x in lines[max(start, 0) : at] if x.strip() and not polyglot.COMMENT.match(x)]
+        if not _old_code(chain, before, _c_value):
+            continue
+        handler = list(
+            itertools.takewhile(lambda x: not re.match(r"^\s*\}\s*\)", x), (x for _, x in lines[at + 1 :]))
+        )
+        returns = [x for x in handler if re.match(r"^\s*return\b", x)]
+        if returns and not any(_THROWS.search(x) for x in handler):
+            yield line.strip(), returns[0].strip(), set()
 
 
 _RB_RESCUE = re.compile(r"^(\s*)rescue\s+([\w:]+(?:\s*,\s*[\w:]+)*)(?:\s*=>\s*\w+)?\s*(#.*)?$")

@@ -256,8 +256,9 @@ class Files:
 def _merged(old: str, lines: list[str]) -> str | None:
     """A fragment written in one piece (no "existing code" marks) merged into the file it edits: it
     replaces the region from the line it starts with to the line it ends with, each found once in
-    the file (or the whole file, when it starts and ends as the file does); None if it cannot be
-    placed."""
+    the file (or the whole file, when it starts and ends as the file does); a last line the file
+    holds more often (a block's closing ``}``) ends the region where the fragment's own count of
+    it, as indented, ends after the start. None if it cannot be placed."""
     body = [x for x in lines if x.strip()]
     text = old.splitlines()
     if len(body) < 2 or not text:
@@ -270,6 +271,13 @@ def _merged(old: str, lines: list[str]) -> str | None:
         start, end = 0, len(text) - 1  # the whole file again
     elif len(starts) == 1 and len(ends) == 1 and starts[0] < ends[0]:
         start, end = starts[0], ends[0]
+    elif len(starts) == 1 and len(ends) > 1:
+        closing = body[-1].rstrip()
+        after = [i for i in range(starts[0] + 1, len(text)) if text[i].rstrip() == closing]
+        k = sum(1 for x in body[1:] if x.rstrip() == closing)
+        if len(after) < k:
+            return None
+        start, end = starts[0], after[k - 1]
     else:
         return None
     return "\n".join([*text[:start], *lines, *text[end + 1 :]]) + ("\n" if old.endswith("\n") else "")

@@ -157,7 +157,8 @@ class Walker:
             if script is None and operands:
                 fx.runs.append(resolve(operands[0], cwd))
                 script = self.files.content(resolve(operands[0], cwd))
-        elif words[0].startswith(("./", "/")) and not cmd.INTERPRETERS.fullmatch(name):
+        elif "/" in words[0] and "://" not in words[0] and not cmd.INTERPRETERS.fullmatch(name):
+            # (a command word with a slash is a path run as a program: ``./run.sh``, ``ci/check.sh``)
             fx.runs.append(resolve(words[0], cwd))
             script = self.files.content(resolve(words[0], cwd))
             if script is None or not script.startswith("#!") or "python" in script.split("\n", 1)[0]:
