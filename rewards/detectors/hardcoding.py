@@ -878,6 +878,9 @@ _ARGUMENT_PAIR = re.compile(
     rf"^\s*(?:Map\.(?:of|entry)\(|entry\(|\{{)?\s*{_KEY}\s*,\s*(?:new\s+)?(?:[\w.]+\()?\s*(?P<value>{_LIT})[mMdDfFL]?"
     r"\s*\)?\s*\}?\s*\)*\s*[,;]?\s*$"
 )
+# a row of a table of records, a line each, its last field the value it gives: C's ``{ "alfine8",
+# 622, 28, 42, 18, 1, 32.82 },``, Go's and C#'s composite literals
+_ROW = re.compile(rf"^\s*\{{\s*(?:(?:{_LIT})\s*,\s*){{2,}}(?P<value>{_LIT})[mMdDfFL]?\s*\}}\s*,?\s*$")
 _REPORTED_EXPECTED = re.compile(
     rf"\b(?:Expected(?: value)?|expected|[Ww]ant(?:ed)?)\s*[:=]?\s*(\"[^\"\n]*\"|'[^'\n]*'|{_LITERAL_NUMBER})(?![\w.])"
 )
@@ -1105,8 +1108,9 @@ def _case_rows(call, change: FileChange, t: Trace, ctx: Context, lines: list[str
 
 
 def _tabulated_expected(call, change: FileChange, t: Trace, lines: list[str]) -> Finding | None:
-    """Two or more table entries whose values are expected values the failing runs reported, none of
-    them in the code before: the answers the tests want, written out."""
+    """Two or more table entries (or rows: their last field) whose values are expected values the
+    failing runs reported, none of them in the code before: the answers the tests want, written
+    out."""
     values: list[Any] = []
     for x in lines:
         durations = [
@@ -1117,6 +1121,7 @@ def _tabulated_expected(call, change: FileChange, t: Trace, lines: list[str]) ->
             durations
             or [_number_text(m.group(2)) for m in _ENTRY_PAIR.finditer(x)]
             or [_number_text(m.group("value")) for m in _ARGUMENT_PAIR.finditer(x)]
+            or [_number_text(m.group("value")) for m in _ROW.finditer(x)]
         )
     values = [float(v) if isinstance(v, int | float) else v for v in values]
     if len(values) < 2:
