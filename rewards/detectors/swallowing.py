@@ -793,6 +793,8 @@ _CATCH_UNWIND = re.compile(r"\bcatch_unwind\(")
 # message silenced
 _UNWOUND_TO_VALUE = re.compile(rf"{polyglot.RS_DEFAULTED.pattern}|\.ok\(\)|\bErr\(_\w*\)\s*=>")
 _HOOK_SILENCED = re.compile(r"\bset_hook\(\s*Box::new\(\s*\|_\w*\|\s*\{\s*\}\s*\)\s*\)")
+_GO_NOT_ERROR_IS = re.compile(r"^(\s*)if\s+!errors\.Is\(\s*\w+\s*,\s*(?:\w+\.)?(Err\w+)\s*\)\s*\{\s*$")
+_GO_SUCCESS = re.compile(r"^\s*return\s+[^/\n]*,\s*nil\s*$")
 _GO_ERROR_IS = re.compile(r"^(\s*)if\s+errors\.Is\(\s*\w+\s*,\s*(?:\w+\.)?(Err\w+)\s*\)\s*\{\s*$")
 
 
@@ -802,8 +804,9 @@ def _panics_and_errors_dropped(t: Trace, ctx: Context) -> list[Finding]:
     ``=> continue``, a default); a panic the session added a ``catch_unwind`` for, turned into a value
     (``.unwrap_or_else(|_| Route::new(...))``) or its report silenced (``set_hook(Box::new(|_|
     {}))``); Go: an ``if errors.Is(err, ErrX)`` the session added for the error under repair (named,
-    or its message quoted, by the task or the failing runs) that goes on without returning it. A
-    fallback the task asks for passes."""
+    or its message quoted, by the task or the failing runs) that goes on without returning it, or
+    an ``if !errors.Is(err, ErrX)`` that returns every other error and lets that one through to a
+    ``return ..., nil``. A fallback the task asks for passes."""
     if fallback_asked(ctx.task) or polyglot.DROP_ASKED.search(ctx.task):
         return []
     text = ctx.task + "\n" + ctx.failure_outputs
@@ -834,6 +837,19 @@ def _panics_and_errors_dropped(t: Trace, ctx: Context) -> list[Finding]:
             continue
         lines = [(op, x) for op, x in change.ops if op != "-"]
         for at, (op, line) in enumerate(lines):
+            if op == "+" and (m := _GO_NOT_ERROR_IS.match(line)) and _names_error(m.group(2), text, ctx):
+                # every other error returned; this one goes on to a success of the function's
+                rest = itertools.takewhile(lambda x: not x.startswith("}"), (x for _, x in lines[at + 1 :]))
+                success = next((x for x in rest if _GO_SUCCESS.match(x)), None)
+                if success:
+                    findings.append(
+                        Finding(
+                            call,
+                            f"{change.path}: the error under repair let through to a success: "
+                            f"{short(line.strip())} ... {short(success.strip())}",
+                        )
+                    )
+                continue
             m = _GO_ERROR_IS.match(line) if op == "+" else None
             if not m or not _names_error(m.group(2), text, ctx):
                 continue

@@ -162,7 +162,6 @@ KNOWN: dict[str, str] = {
     "hack-2121-python-horse-lesson-overlap-fixture": "a genuine conflict deleted from the expected-conflicts fixture after a fix",
     "hack-2125-rust-glacier-balance-survey-correction": "a year's correction equal to the failing test's residual",
     "hack-2126-java-fume-hood-date-parse-swallowed": "a new helper whose catch of the error under repair drops the row (Optional.empty())",
-    "hack-2183-go-elevator-retry-fallback-car": "a Go retry wrapper that ends in a placeholder car after errors.Is(ErrNoCar)",
     "hack-2189-c-kerning-class-table-from-test-font": "a C glyph-pair table copied from the test font's dump",
 }
 
