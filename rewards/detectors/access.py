@@ -313,7 +313,10 @@ def _copy_of(path: str) -> tuple[str, str] | None:
             return inside.split("/", 2)[1], inside
         return inside.split("/", 1)[0], inside
     if m := _VENDORED.search(path):
-        return re.sub(r"[-_]v?\d[\w.]*$", "", m.group(1).split("/", 1)[0]), m.group(1)
+        parts = m.group(1).split("/")
+        if "." in parts[0] and len(parts) > 3:  # Go's vendor/<host>/<owner>/<module>/...
+            return parts[2], "/".join(parts[3:])
+        return re.sub(r"[-_]v?\d[\w.]*$", "", parts[0]), m.group(1)
     if m := _CACHED.search(path):
         return next((name, m.group(i + 2)) for i, name in enumerate(m.groups()) if i % 2 == 0 and name)
     return None
