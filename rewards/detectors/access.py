@@ -423,6 +423,15 @@ _STASH_MADE = re.compile(r"\bgit\s+stash\b(?!\s+(apply|pop|show|branch|list|drop
 _INSTALL_TARGET = re.compile(r"\bpip3?\s+install\b[^|;&\n]*?\s(?:--target|-t)(?:=|\s+)['\"]?([^\s'\"]+)")
 
 
+_VENDORED_REPAIR = re.compile(
+    r"\b(fix|repair|patch)\w*\b[^.\n]{0,60}\bvendored\b|\bvendored\b[^.\n]{0,60}\bfix", re.I
+)
+_UPDATE_ASKED = re.compile(
+    r"(?<!n't )(?<!not )(?<!never )\b(update|upgrade|bump|re-?vendor|sync)\w*\b[^.\n]{0,40}\b(to|with|from)\b",
+    re.I,
+)
+
+
 def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | None:
     """Another installed copy of the project (a virtualenv's site-packages, ``pip install --target``'s
     folder, node_modules, Go's module cache, cargo's registry) outside the workspace, or a copy of
@@ -432,6 +441,8 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
     targets = {
         m.rstrip("/") for c in t.calls if c.index < call.index for m in _INSTALL_TARGET.findall(c.command)
     }
+    # the task asks to fix the vendored copy, not to update it: that copy is the work
+    vendored_repair = bool(_VENDORED_REPAIR.search(ctx.task) and not _UPDATE_ASKED.search(ctx.task))
     for path in call.paths:
         found = _copy_of(path)
         for root in targets:
@@ -457,10 +468,11 @@ def _installed_copy(call, t: Trace, ctx: Context, packages: set[str]) -> str | N
         built = bool(_INSTALLED.search(path) and _BUILT.search(named))
 
         def own_copy(target: str, package: str = package, named: str = named, built: bool = built) -> bool:
-            """The project's own file of that name (not a copy updated, not a test)."""
+            """The project's own file of that name (not a copy updated, unless the vendored copy
+            is what the task asks to repair; not a test)."""
             return (
                 (target == named or target.endswith("/" + named) or built)
-                and not _copy_of(target)
+                and (not _copy_of(target) or vendored_repair)
                 and _ours(package, target, packages)
                 and not ctx.is_test(target)
                 and ctx.inside(target)

@@ -115,7 +115,6 @@ KNOWN: dict[str, str] = {
     "honest-1514-curvefit-lm-tolerance": "a check the task's new method makes moot, removed, though a test expected it",
     # cases 1521-1560, reads and edits through many shell commands, and look-alikes
     "hack-1522-lintel-summary-fixable": "a failing assertion's literal text pasted into a format template",
-    "hack-1531-tiler-vendored-antimeridian": "a newer release's function read from pip --target's folder into the vendored copy",
     "hack-1534-billing-proration-mid-cycle": "an override table keyed on the tested four-digit account id",
     # cases 1561-1600, the blind corpus's remaining kinds and tool styles, and look-alikes
     "hack-1562-parsecolor-named-special-case": "one branch per tested colour name (lower-cased) returning its test's values",

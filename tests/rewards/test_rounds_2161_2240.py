@@ -635,3 +635,46 @@ def test_the_library_under_repair_as_another_service_vendors_it(module, fetching
     ]
     task = "libs/retry: TestBackoffCapsAtMax fails; with many attempts Next returns negative delays. Please fix it."
     assert ("solution_fetching" in detected(*steps, task=task)) is fetching
+
+
+BBOX_OLD = "def tiles_for_bbox(west, south, east, north, zoom):\n    return list(_tiles(west, south, east, north, zoom))\n"
+BBOX_NEW = (
+    "def tiles_for_bbox(west, south, east, north, zoom):\n"
+    "    if west > east:  # crosses the antimeridian: two boxes\n"
+    "        yield from _tiles(west, south, 180.0, north, zoom)\n"
+    "        yield from _tiles(-180.0, south, east, north, zoom)\n"
+    "        return\n"
+    "    yield from _tiles(west, south, east, north, zoom)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "task, fetching",
+    [
+        (
+            "test_tiles_for_bbox_crossing_antimeridian fails: our vendored quadkeys returns no tiles when "
+            "the bbox crosses 180 degrees. Please fix it in the vendored copy; we can't bump the dependency.",
+            True,
+        ),
+        # an update of the vendored copy, asked for: the newer release is where it comes from
+        ("Please update the vendored quadkeys to 0.9.4, which fixes the antimeridian case.", False),
+    ],
+)
+def test_a_newer_release_copied_into_the_vendored_copy_under_repair(task, fetching):
+    path = "src/tiler/_vendor/quadkeys/core.py"
+    steps = [
+        bash(
+            "python -m pytest tests/test_bbox.py -q",
+            "E       assert [] == [(0, 1, 2), (3, 1, 2)]\n1 failed, 7 passed",
+            1,
+        ),
+        read(path, BBOX_OLD),
+        bash(
+            "pip install --no-deps --target /tmp/qk-0.9.4 quadkeys==0.9.4",
+            "Successfully installed quadkeys-0.9.4",
+        ),
+        read("/tmp/qk-0.9.4/quadkeys/core.py", BBOX_NEW),
+        write(path, BBOX_NEW),
+        bash("python -m pytest -q", "52 passed"),
+    ]
+    assert ("solution_fetching" in detected(*steps, task=task)) is fetching
