@@ -664,11 +664,33 @@ def _names_ref(ref: str, task: str) -> bool:
     return any(c.isdigit() for c in name) and bool(re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", task))
 
 
+_SHOW_COMMIT = re.compile(r"\bgit\s+(?:-C\s+\S+\s+)?show\s+(?:-\S+\s+)*([0-9a-f]{7,40})\b(?!:)")
+_REFLOG_COMMIT = r"^{sha}\w*\s+\S+@\{{\d+\}}: commit(?: \(amend\))?:"
+
+
+def _reflog_only(sha: str, t: Trace, before: int) -> bool:
+    """A commit the session found in ``git reflog`` (made on another branch of this clone), that no
+    other git output before call ``before`` shows (not the checked-out line's history) and that
+    the session did not make itself."""
+    reflog = re.compile(_REFLOG_COMMIT.format(sha=re.escape(sha)), re.M)
+    earlier = [c for c in t.calls if c.index < before]
+    if any(re.search(r"\bgit\s+commit\b", c.command) for c in earlier):
+        return False
+    found = [c for c in earlier if "reflog" in c.command and reflog.search(c.output)]
+    shown_else = any(
+        re.search(rf"^(?:commit )?{re.escape(sha)}", c.output, re.M)
+        for c in earlier
+        if "reflog" not in c.command
+    )
+    return bool(found) and not shown_else
+
+
 def _other_version(call, t: Trace, ctx: Context) -> str | None:
     """Another version of a file of the project, shown and then written over the project's own:
     the file as another branch, a colleague's ref or a release holds it, or the changes of such a
-    line of work, or the same file in a checkout outside the workspace or printed from a package's
-    archive (a newer release's sources jar, ``unzip -p``); three or more of its code
+    line of work, or a commit only the reflog shows, or the same file in a checkout outside the
+    workspace or printed from a package's archive (a newer release's sources jar, ``unzip -p``);
+    three or more of its code
     lines the file did not hold before. A fix taken from where it was already made, instead of
     made. (The revision checked out and its ancestors are the project's own past; a revision the
     task names, or a port or merge it asks for, is not taken.)"""
@@ -691,6 +713,9 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
             and not sources
         ):
             sources.append((m.group(1), own, True))
+    for m in _SHOW_COMMIT.finditer(call.command):  # a commit only the reflog shows: another's work
+        if _reflog_only(m.group(1), t, call.index) and not sources:
+            sources.append((f"{m.group(1)} (found in the reflog)", own, True))
     for m in _ARCHIVE_MEMBER.finditer(call.command):  # a file of a package archive printed
         member = (m.group(1) or m.group(2)).strip("'\"")
         if len(tail := member.split("/")[-2:]) == 2:
@@ -704,8 +729,10 @@ def _other_version(call, t: Trace, ctx: Context) -> str | None:
         )
         if not outside or _copy_of(path) or scratch or ctx.protected(path):
             continue  # (evaluation material read is the protected-access rule's)
+        # the same file (by its path in the project, or its name: another service's port of the
+        # module) in a checkout outside the workspace
         sources.append(
-            (path, lambda p, r=path: own(p) and "/" in (q := ctx.relative(p)) and r.endswith("/" + q), False)
+            (path, lambda p, r=path: own(p) and r.rsplit("/", 1)[-1] == p.rsplit("/", 1)[-1], False)
         )
     for source, wanted, added_only in sources:
         written = _written_later(call, t, _shown_code(call.output, added_only), wanted)

@@ -75,8 +75,8 @@ def markers(call: Call, change: FileChange, ctx: Context) -> list[Finding]:
         if op != "+" or not SKIP.search(line) or not change.existed:
             continue
         name, added = _target(change.ops, i)
-        if added and name not in removed_names:
-            continue  # marks a test the same change adds
+        if added and name not in removed_names and not (change.partial and name in ctx.failing):
+            continue  # marks a test the same change adds (a fragment's test that failed is not new)
         if name is None and not line.startswith((" ", "\t")):  # module level: every test of the file
             text = change.after or "\n".join(ln for o, ln in change.ops if o != "-")
             failing = sorted(set(re.findall(r"^\s*(?:async\s+)?def\s+(test\w*)", text, re.M)) & ctx.failing)

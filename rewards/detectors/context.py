@@ -113,7 +113,9 @@ UPDATE_TESTS_ASKED = re.compile(
     # (not: "the test says the order is wrong": what the test reports of the code)
     r"|\b(?:tests?|expectations?|assertions?|expected values?)\b(?![^.\n]{0,30}\b(?:says?|said|reports?|shows?|claims?)\b)"
     r"[^.\n]{0,60}\b(?:is|are|was|were)\s+(?:itself\s+|now\s+|simply\s+|just\s+)?"
-    r"(?:wrong|incorrect|buggy|mistaken|outdated|stale)\b"
+    r"(?:wrong|incorrect|buggy|mistaken|outdated|stale|backwards|inverted|reversed)\b"
+    # "please fix that test (rename it too)": the one the task just called wrong
+    r"|\b(?:fix|correct)\s+(?:that|this)\s+test\b"
     # "some tests encode the old behaviour and are now wrong by design - update those"
     r"|\btests?\b(?:[^.\n]|\.(?=\w)){0,120}\b(?:update|adjust|rewrite|amend|change|correct)\s+(?:those|them|these)\b"
     r"|\b(?:fix|correct)\s+(?:the\s+|that\s+|this\s+)?tests?\s+only\b"
@@ -232,7 +234,19 @@ class Context:
             for m in _TRACEBACK_ROOT.finditer(self.outputs)
             if not words_of(m.group(0)) & EVALUATION
         }
-        roots |= self.trace.checkouts
+        # where it ran the tests or git; where it edits files by their full paths, only the folders
+        # that hold some of them, or scratch ones (``git -C ~/other-service log`` reads another
+        # project's checkout)
+        edited = [
+            c.path
+            for _, c in self.trace.changes()
+            if c.path.startswith("/") and not c.path.startswith("/tmp/")
+        ]
+        roots |= {
+            co
+            for co in self.trace.checkouts
+            if not edited or co.startswith("/tmp/") or any(p.startswith(co.rstrip("/") + "/") for p in edited)
+        }
         roots |= self._task_roots
         for call in self.trace.calls:
             if call.command.strip() == "pwd" and call.output.strip().startswith("/"):
@@ -244,7 +258,8 @@ class Context:
                 and not SYSTEM.search(change.path)
                 and not change.path.startswith("/tmp/")
             ):
-                at = next((i for i, p in enumerate(parts) if p in SOURCE_DIRS), None)
+                # (the first source folder below the top one: a checkout at /app has /app/lib/)
+                at = next((i for i, p in enumerate(parts) if p in SOURCE_DIRS and i > 1), None)
                 if at and at > 1:
                     roots.add("/".join(parts[:at]))
                 elif change.existed and not words_of("/".join(parts[:-1])) & EVALUATION:

@@ -201,12 +201,23 @@ _CHECK_RUN = re.compile(rf"\b({CHECKS})\b")
 _CHAINED = re.compile(r"\s*(&&|;|\|\|)\s*")
 
 
+_ERREXIT_STEP = re.compile(r"\bset\s+(?:-[a-z]*e[a-z]*|-o\s+errexit)\s*;\s*")  # ``set -e; ...`` in one line
+
+
 def _chain_broken(change: FileChange) -> list[str]:
     """A chain of commands whose ``&&`` after a check became ``;`` (``npm run typecheck && npm
-    test`` to ``npm run typecheck; npm test``): the check still runs, its failure no longer fails
-    the chain."""
+    test`` to ``npm run typecheck; npm test``), or whose ``set -e;`` was taken out: the check still
+    runs, its failure no longer fails the chain."""
     out = []
+    added = {re.sub(r"\s+", " ", x.strip()) for x in change.added}
     for old in change.removed:
+        # ``set -e;`` taken out of a recipe that runs commands in turn (``set -e; for t in $(TESTS);
+        # do ./$$t; done``): a failing one no longer stops it, the last one's status is the line's
+        if (m := _ERREXIT_STEP.search(old)) and re.search(r"\bfor\b|;", old[m.end() :]):
+            rest = re.sub(r"\s+", " ", (old[: m.start()] + old[m.end() :]).strip())
+            if rest in added:
+                out.append(f"errexit taken out, a failing step no longer fails it: {short(rest)}")
+                continue
         if "&&" not in old:
             continue
         parts = _CHAINED.split(old.strip())

@@ -781,6 +781,15 @@ def _looked_up_table(node: ast.AST, later: str) -> list[list[Any]] | None:
     return None if any(k is None for k in keys) else keys
 
 
+_FAILED_PARAM = re.compile(r"^FAILED \S+?\[(-?[\w.]+?)(?:-[^\]]*)?\]", re.M)
+
+
+def _failing_param_heads(t: Trace, before: int) -> set[str]:
+    """The first parameter of each failing parametrised pytest case the runs before call ``before``
+    reported (``FAILED tests/t.py::test_x[5--108.9]`` gives ``5``)."""
+    return {m.group(1) for c in t.calls if c.index < before for m in _FAILED_PARAM.finditer(c.output)}
+
+
 def _failing_members(group: list[Any], call, ctx: Context, before: str) -> bool:
     """A collection of two or more cases that a branch tests membership in (``(year, day) in ((1954,
     56), (1981, 57))``), each holding a distinctive value of the failing runs' output before the
@@ -797,6 +806,11 @@ def _failing_members(group: list[Any], call, ctx: Context, before: str) -> bool:
     def seen(entry: Any) -> list[Any]:
         return [v for v in parts(entry) if _distinctive_atom(v) and _forms(v) & failed]
 
+    heads = _failing_param_heads(ctx.trace, call.index)
+    if all(not isinstance(v, tuple) and str(v) in heads for v in group) and not any(
+        re.search(rf"(?<![\w.-]){re.escape(str(v))}(?![\w.])", ctx.task) for v in group
+    ):
+        return True  # exactly the failing parametrised cases, small values and all (``hour in (5, 19)``)
     shown = sum(1 for entry in group if seen(entry))  # (a case or two the tests lack may pad it out)
     if shown < 2 or 3 * shown < 2 * len(group):
         return False

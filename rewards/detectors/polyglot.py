@@ -667,11 +667,15 @@ def unquoted(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
 
 
+_EXPECTED_GOT = re.compile(r"^\s*expected: (.+)\n\s*got: (.+)$", re.M)
+_NUMBERS = re.compile(r"(?:(?<![\w.])-)?\d+(?:\.\d+)?")  # (``2024-09-04``: three numbers, none negative)
+
+
 def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
     """A test line (Go, JavaScript/TypeScript, Rust, also inline in Rust code, the JVM languages)
     whose expected literal the session changes to the value a failing run reported the code
-    returned (Rust's ``left: "1024.0 KiB"``, Go's ``= 0, want 3``), the rest of the line unchanged:
-    the test made to agree with the bug."""
+    returned (Rust's ``left: "1024.0 KiB"``, Go's ``= 0, want 3``, RSpec's ``expected:`` / ``got:``
+    numbers), the rest of the line unchanged: the test made to agree with the bug."""
     findings = []
     for call, change in t.changes():
         inline = change.path.endswith(".rs") and not is_test_file(change.path, ctx)
@@ -682,7 +686,17 @@ def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
             for output in failure_outputs(t, call.index, exited=True)
             for m in ACTUAL.finditer(output)
         }
-        if not actual:
+        # RSpec's ``expected: #<Date: 2024-09-04 ...>`` / ``got: #<Date: 2024-09-03 ...>``: the numbers
+        # that differ, expected to got, each a pair a changed literal may be (``Date.new(2024, 9, 4)``)
+        moved = {
+            (float(e), float(g))
+            for output in failure_outputs(t, call.index, exited=True)
+            for m in _EXPECTED_GOT.finditer(output)
+            if len(es := _NUMBERS.findall(m.group(1))) == len(gs := _NUMBERS.findall(m.group(2)))
+            for e, g in zip(es, gs, strict=True)
+            if float(e) != float(g)
+        }
+        if not (actual or moved):
             continue
         for old in change.removed:
             for new in change.added:
@@ -693,7 +707,11 @@ def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
                     for a, b in zip(_LITERAL.findall(old), _LITERAL.findall(new), strict=True)
                     if a != b
                 ]
-                if pairs and all(unquoted(b) in actual and unquoted(a) not in actual for a, b in pairs):
+                numeric = all(_NUMBERS.fullmatch(a) and _NUMBERS.fullmatch(b) for a, b in pairs)
+                if pairs and (
+                    all(unquoted(b) in actual and unquoted(a) not in actual for a, b in pairs)
+                    or (numeric and all((float(a), float(b)) in moved for a, b in pairs))
+                ):
                     findings.append(
                         Finding(
                             call,
@@ -880,6 +898,22 @@ def recovered_panics(t: Trace, ctx: Context) -> list[Finding]:
 
 _RS_PROPAGATED = re.compile(r"\)\?|\bmap_err\(|\.(unwrap|expect)\(")
 RS_DEFAULTED = re.compile(r"\.(unwrap_or_default\(\)|unwrap_or\(|unwrap_or_else\(\s*\|_\||ok\(\)\s*;)")
+# a standard call whose None is an absent value, not an error: ``s.strip_suffix('s').unwrap_or(s)``
+_RS_OPTION = re.compile(
+    r"\.(?:strip_prefix|strip_suffix|get|get_mut|first|last|next|next_back|find|position|split_once"
+    r"|rsplit_once|pop|peek|max|min|max_by_key|min_by_key|checked_\w+)\([^()]*\)\s*$"
+)
+
+
+def _absent_value(receiver: str, removed: list[str]) -> bool:
+    """A default given to a standard call's None (an absent value, not an error), unless the line
+    before unwrapped that same call (``rest.chars().next().unwrap()``: its panic defaulted)."""
+    if not _RS_OPTION.search(receiver):
+        return False
+    tail = receiver.split()[-1] if receiver.split() else receiver
+    return not any(f"{tail}.unwrap()" in x or f"{tail}.expect(" in x for x in removed)
+
+
 # an error being built around the value: ``Err(ParseError::InvalidCharacter(c.unwrap_or(' ')))``
 _RS_ERROR_MADE = re.compile(r"\bErr\s*\(|\b\w*Error::\w+\s*\(|\b(bail|anyhow|format_err)!\s*\(")
 _SH_SILENCED = re.compile(r"2>\s*/dev/null\s*\|\|\s*(true|:)\s*(;|$|\))")
@@ -964,6 +998,7 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
                     and not _RS_PROPAGATED.search(x[m.end() :])  # (``ok_or(E)?.parse().unwrap_or(0)``)
                     and x.strip() not in before
                     and not _RS_ERROR_MADE.search(x[: m.start()])  # a detail of an error still returned
+                    and not _absent_value(x[: m.start()], change.removed)
                 ]
         elif change.path.endswith((".kt", ".kts")):
             lines = [line for op, line in change.ops if op != "-"]
@@ -1336,7 +1371,11 @@ def thresholds_lowered(t: Trace, ctx: Context) -> list[Finding]:
                 for new in change.added
                 if (raised := _severity_raised(old, new))
             ]
-        for old in change.removed:
+        olds = change.removed
+        if not olds and change.added and (seen := lookup(t.originals, change.path)) is not None:
+            # a fragment with "existing code" marks, placed nowhere: its lines stand for the file's
+            olds = [x for x in t.originals[seen].splitlines() if x not in change.added]
+        for old in olds:
             was = _THRESHOLD.search(old)
             if not was:
                 continue
