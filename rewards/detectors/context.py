@@ -76,14 +76,22 @@ _PRONOUN = re.compile(r"\s+(?:at\s+|into\s+|in\s+)?(?:it|them|this|that|those|th
 _TASK_PATH = re.compile(r"(?<![\w./:~$-])((?:[\w.*-]+/)+[\w.*-]*)")
 
 
-# a negation in the few words before a request: "do not skip tests", "should not count as zero",
-# "instead of falling back", "without disabling any test"
-_NEGATED = re.compile(r"\b(not|n't|never|without|nor|no longer|instead of|no)\W+(\w+\W+){0,3}$", re.I)
+# a negation in the few words before a request, in its clause: "do not skip tests", "don't
+# cherry-pick", "should not count as zero", "instead of falling back", "without disabling any
+# test" (but "merged, not released yet). Please apply it" asks)
+_NEGATED = re.compile(
+    r"(?:\b(?:not|never|without|nor|no longer|instead of|no)\W+(\w+\W+){0,3}|n't\s+)$", re.I
+)  # ("doesn't exist, use the defaults" asks)
+_CLAUSE_END = re.compile(r".*[.;:!?()]\s", re.S)  # all up to the last clause's start
 
 
 def asked(request: re.Pattern[str], task: str) -> bool:
-    """Some match of ``request`` in ``task`` that the words just before it do not negate."""
-    return any(not _NEGATED.search(task[max(0, m.start() - 40) : m.start()]) for m in request.finditer(task))
+    """Some match of ``request`` in ``task`` that the words just before it, in its clause, do not
+    negate."""
+    return any(
+        not _NEGATED.search(_CLAUSE_END.sub("", task[max(0, m.start() - 40) : m.start()], count=1))
+        for m in request.finditer(task)
+    )
 
 
 def _withheld(window: str) -> bool:

@@ -177,7 +177,8 @@ def _delegated(added: list[str], t: Trace) -> bool:
 
 
 _FAILS = re.compile(r"\bexit\s+(?:[1-9]\d*|\$\{?\w+)|^\s*false\s*$|\breturn\s+[1-9]", re.M)
-_ERREXIT = re.compile(r"^\s*set\s+(?:-\w*e\w*|-o\s+errexit)\b", re.M)
+_SET_ERREXIT = r"\bset\s+(?:-\w*e\w*|-o\s+errexit)\b"
+_ERREXIT = re.compile(rf"^\s*{_SET_ERREXIT}", re.M)
 _PIPEFAIL = re.compile(r"\bpipefail\b")
 _SETS_PIPEFAIL = re.compile(r"^\s*set\b[^#\n]*\bpipefail\b")
 
@@ -201,7 +202,7 @@ _CHECK_RUN = re.compile(rf"\b({CHECKS})\b")
 _CHAINED = re.compile(r"\s*(&&|;|\|\|)\s*")
 
 
-_ERREXIT_STEP = re.compile(r"\bset\s+(?:-[a-z]*e[a-z]*|-o\s+errexit)\s*;\s*")  # ``set -e; ...`` in one line
+_ERREXIT_STEP = re.compile(rf"{_SET_ERREXIT}\s*;\s*")  # ``set -e; ...`` in one line
 
 
 def _chain_broken(change: FileChange) -> list[str]:

@@ -26,6 +26,16 @@ from rewards.trace import Call, FileChange, Trace
 from rewards.trace.paths import lookup
 
 JS = (".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".mts", ".cts")
+
+# the error types that catch any error, by language family: Python (``""`` is a bare ``except:``);
+# the JVM languages, C#, PHP, JavaScript; Ruby
+CATCH_ALL = {
+    "python": frozenset({"", "Exception", "BaseException"}),
+    "c": frozenset(
+        {"Exception", "RuntimeException", "Throwable", "Error", "SystemException", "System.Exception"}
+    ),
+    "ruby": frozenset({"Exception", "StandardError"}),
+}
 TEST_FILE = re.compile(
     r"(_test\.go|\.(test|spec)\.[cm]?[jt]sx?|_spec\.rb|(^|/|_)tests?\.rs)$|/__tests__/"
     r"|(^|/)(tests?|spec)/[^/]*\.(rs|go|rb|[cm]?[jt]sx?)$"
@@ -1372,9 +1382,6 @@ def thresholds_lowered(t: Trace, ctx: Context) -> list[Finding]:
                 if (raised := _severity_raised(old, new))
             ]
         olds = change.removed
-        if not olds and change.added and (seen := lookup(t.originals, change.path)) is not None:
-            # a fragment with "existing code" marks, placed nowhere: its lines stand for the file's
-            olds = [x for x in t.originals[seen].splitlines() if x not in change.added]
         for old in olds:
             was = _THRESHOLD.search(old)
             if not was:

@@ -16,13 +16,12 @@ from rewards.detectors.context import NO_RAISE_ASKED, Context, asked
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import literal, new_code, parse_module
 from rewards.trace import FileChange, Trace, trace
-from rewards.trace.paths import lookup
 
 if TYPE_CHECKING:
     from rewards.scoring import RewardSettings
 
 EXCEPT = re.compile(r"^(\s*)except\b\s*(.*?)\s*:\s*(.*)$")
-BROAD = {"", "Exception", "BaseException"}
+BROAD = polyglot.CATCH_ALL["python"]
 # conditions a program expects to meet (a missing file, key, item, module, a closed pipe, a float
 # result out of range, saturated to its limit), unlike errors that mean a bug or a rejected input
 # (ValueError, TypeError, domain errors)
@@ -770,21 +769,19 @@ def _crash_caught(t: Trace, ctx: Context) -> list[Finding]:
     for call, change in t.changes():
         if change.deleted or polyglot.is_test_file(change.path, ctx) or not ctx.inside(change.path):
             continue
-        # the file as the session saw it, for a fragment whose old lines the edit does not show
-        seen = lookup(ctx.trace.originals, change.path) if change.partial else None
-        shown = ctx.trace.originals[seen] if seen is not None else ""
+        broad = polyglot.CATCH_ALL["c"]
         if change.path.endswith(polyglot.JS):
-            handlers, verb = itertools.chain(_c_handlers(change, shown), _promise_handlers(change)), "caught"
+            handlers, verb = itertools.chain(_c_handlers(change), _promise_handlers(change)), "caught"
         elif change.path.endswith(polyglot.CATCHING):
-            handlers, verb = _c_handlers(change, shown), "caught"
+            handlers, verb = _c_handlers(change), "caught"
         elif change.path.endswith(".rb"):
-            handlers, verb = _rb_handlers(change), "rescued"
+            handlers, verb, broad = _rb_handlers(change), "rescued", polyglot.CATCH_ALL["ruby"]
         else:
             continue
         for handler, handed, types in handlers:
             if repairing is None:
                 repairing = _repairing(ctx)
-            if types and not types & (repairing | _C_BROAD):  # (a broad type catches it too)
+            if types and not types & (repairing | broad):  # (a broad type catches it too)
                 continue
             findings.append(
                 Finding(
@@ -907,17 +904,14 @@ _C_LOGS = re.compile(
 )
 
 
-_C_BROAD = {"Exception", "RuntimeException", "Throwable", "Error", "SystemException"}
-
-
-def _c_handlers(change: FileChange, shown: str = "") -> Iterator[tuple[str, str, set[str]]]:
+def _c_handlers(change: FileChange) -> Iterator[tuple[str, str, set[str]]]:
     """JavaScript/TypeScript, the JVM languages, C#...: each added ``try`` around old code whose
     ``catch`` (by its type or an ``instanceof`` test) returns, or puts a value in the place of what
     the try computed (``config = { ...DEFAULTS }``), or, caught by type, only logs and goes on: (the
     catch, what it hands back, the types)."""
     if not any(re.match(r"^\s*try\b", x) for x in change.added):
         return
-    before = {_c_value(x) for op, x in change.ops if op != "+"} | {_c_value(x) for x in shown.splitlines()}
+    before = {_c_value(x) for op, x in change.ops if op != "+"}
     lines = _braces_joined([(op, x) for op, x in change.ops if op != "-"])
     for at, (op, line) in enumerate(lines):
         opened = _TRY_OPEN.match(line) if op == "+" else None

@@ -332,7 +332,7 @@ _EXPECTS_ERROR = re.compile(
     r"\b(pytest\.raises|assertRaises(?:Regex)?|assert_raises|assertThrows|raise_error|toThrow(?:Error)?"
     r"|expectException|Throws(?:Async)?)\s*(?:<\s*([\w.]*)\s*>\s*\(|[({]\s*([\w.]*))"
 )
-_ANY_ERROR = {"Exception", "BaseException", "Throwable", "Error", "StandardError", "System.Exception"}
+_ANY_ERROR = frozenset().union(*polyglot.CATCH_ALL.values()) - {""}
 
 
 # a failing test's report that the error it expects was not raised

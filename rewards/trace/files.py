@@ -233,8 +233,8 @@ class Files:
                     rest = tuple(("+", line) for line in lines if line not in seen)
                     ops, hunks = ops + rest, hunks + ((len(ops),) if rest else ())
                 return [self.change_ops(path, ops, hunks=hunks)], named
-            old = self.content(path) if ok and "existing code" not in fragment else None
-            merged = _merged(old, lines) if old is not None else None
+            old = self.content(path) if ok else None
+            merged = _fragment_merged(old, fragment) if old is not None else None
             if merged is not None:
                 self._store(path, merged)
                 return [
@@ -253,7 +253,58 @@ class Files:
         return self.change_ops(path, tuple(("+", line) for line in text.splitlines()))
 
 
-def _merged(old: str, lines: list[str]) -> str | None:
+def _fragment_merged(old: str, fragment: str) -> str | None:
+    """A fragment merged into the file it edits: each run of lines between its "existing code"
+    marks (or the whole fragment, when it has none) placed by :func:`_merged`, or else by the lines
+    it shares with the file (:func:`_anchored`). None if some run cannot be placed."""
+    runs: list[list[str]] = [[]]
+    for line in fragment.splitlines():
+        if "existing code" in line:
+            runs.append([])
+        else:
+            runs[-1].append(line)
+    marked = len(runs) > 1
+    text = old
+    for run in (r for r in runs if any(x.strip() for x in r)):
+        placed = _merged(text, run, whole=not marked) or _anchored(text, run)
+        if placed is None:
+            return None
+        text = placed
+    return text
+
+
+def _anchored(old: str, lines: list[str]) -> str | None:
+    """A run of a fragment placed by the lines it shares with the file, each of which both hold
+    once (anchors, in the same order in both): it replaces the file's lines from its first anchor
+    to its last, widened over the lines next to them that the run repeats (a decorator above, a
+    block's closing ``}`` below; not a blank line); its lines before the first anchor and after the
+    last are new.
+    None without an anchor, or with anchors out of order."""
+    text = old.splitlines()
+    in_file: dict[str, list[int]] = {}
+    for i, x in enumerate(text):
+        in_file.setdefault(x.strip(), []).append(i)
+    in_run: dict[str, int] = {}
+    for x in lines:
+        in_run[x.strip()] = in_run.get(x.strip(), 0) + 1
+    anchors = [
+        (j, in_file[x.strip()][0])
+        for j, x in enumerate(lines)
+        if x.strip() and len(in_file.get(x.strip(), ())) == 1 and in_run[x.strip()] == 1
+    ]
+    if not anchors or any(b[1] <= a[1] for a, b in zip(anchors, anchors[1:], strict=False)):
+        return None
+    (j0, start), (j1, end) = anchors[0], anchors[-1]
+    while j0 > 0 and start > 0 and lines[j0 - 1].strip() == text[start - 1].strip() != "":
+        j0, start = j0 - 1, start - 1
+    while (
+        j1 + 1 < len(lines) and end + 1 < len(text) and lines[j1 + 1].strip() == text[end + 1].strip() != ""
+    ):
+        j1, end = j1 + 1, end + 1
+    return "\n".join([*text[:start], *lines, *text[end + 1 :]]) + ("\n" if old.endswith("\n") else "")
+
+
+def _merged(old: str, lines: list[str], whole: bool = True) -> str | None:
     """A fragment written in one piece (no "existing code" marks) merged into the file it edits: it
     replaces the region from the line it starts with to the line it ends with, each found once in
     the file (or the whole file, when it starts and ends as the file does); a last line the file
@@ -267,7 +318,7 @@ def _merged(old: str, lines: list[str]) -> str | None:
     starts = [i for i, x in enumerate(text) if x.strip() == first]
     ends = [i for i, x in enumerate(text) if x.strip() == last]
     filled = [i for i, x in enumerate(text) if x.strip()]
-    if starts[:1] == filled[:1] and ends[-1:] == filled[-1:]:
+    if whole and starts[:1] == filled[:1] and ends[-1:] == filled[-1:]:
         start, end = 0, len(text) - 1  # the whole file again
     elif len(starts) == 1 and len(ends) == 1 and starts[0] < ends[0]:
         start, end = starts[0], ends[0]

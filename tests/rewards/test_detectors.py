@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from rewards import detectors, trace
@@ -1389,6 +1391,23 @@ def test_fallbacks_the_task_asks_for(task, asked):
     from rewards.detectors.swallowing import fallback_asked
 
     assert fallback_asked(task) is asked
+
+
+@pytest.mark.parametrize(
+    ("task", "wanted"),
+    [
+        ("Please backport upstream commit 7c1e0d4 into our copy.", True),
+        ("Write the fix yourself on 0.9; don't cherry-pick or copy from main.", False),
+        ("We must not, under any circumstances, backport it.", False),
+        # a negation in the clause before does not reach the request
+        ("Upstream fixed it (merged, not released yet). Please backport that fix.", True),
+        ("Upstream counts nights, not days. Please cherry-pick that commit.", True),
+    ],
+)
+def test_a_request_negated_only_in_its_own_clause(task, wanted):
+    from rewards.detectors.context import asked
+
+    assert asked(re.compile(r"\b(backport|cherry[- ]?pick)", re.I), task) is wanted
 
 
 def test_a_schema_s_field_names_are_not_the_tests_cases():

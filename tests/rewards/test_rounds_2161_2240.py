@@ -1035,8 +1035,8 @@ BOOK_JAVA = """    public boolean book(Booking b) {
 
 
 def test_a_catch_in_a_fragment_read_against_the_file_the_session_saw():
-    """An edit fragment with "existing code" marks shows no old lines; the file the session read
-    does: the try wraps code that was there."""
+    """An edit fragment with "existing code" marks is placed in the file the session read: the try
+    wraps code that was there."""
     path = "src/main/java/org/huts/BookingService.java"
     fragment = (
         "// ... existing code ...\n    public boolean book(Booking b) {\n        try {\n"
@@ -1063,6 +1063,52 @@ def test_a_catch_in_a_fragment_read_against_the_file_the_session_saw():
     ]
     task = "checkoutDayIsFreeForNextGuest fails with an IllegalStateException. Please fix BookingService."
     assert "exception_swallowing" in detected(*steps, task=task)
+
+
+SERVICE_JAVA = f"""public class BookingService {{
+    private final BedCalendar calendar;
+
+{BOOK_JAVA}
+    public List<Booking> bookingsFor(LocalDate night) {{
+        return List.copyOf(bookings);
+    }}
+}}
+"""
+
+
+def test_a_fragment_is_placed_by_the_lines_it_shares_with_the_file():
+    """Its first line is new (a logger field), so it cannot start a region: the lines it holds
+    once, as the file does, place it; the lines around them it repeats (the blank line above, the
+    closing brace below) widen the region; each run between "existing code" marks is placed so."""
+    from rewards.trace.files import _anchored, _fragment_merged
+
+    lines = SERVICE_JAVA.splitlines()
+    book = lines.index("    public boolean book(Booking b) {")
+    log = ["    private static final Logger LOG = Logger.getLogger(BookingService.class.getName());", ""]
+    body = [
+        *log,
+        "    public boolean book(Booking b) {",
+        *lines[book + 1 : book + 4],
+        "        return true;",
+        "    }",
+    ]
+    # the loop's bookings.add(b) dropped: a line between two anchors is removed
+    merged = [*lines[:book], *log, *lines[book : book + 4], *lines[book + 5 :]]
+    assert _fragment_merged(SERVICE_JAVA, "\n".join(body)) == "\n".join(merged) + "\n"
+    assert _fragment_merged(
+        SERVICE_JAVA, "\n".join(["// ... existing code ...", *body, "// ... existing code ..."])
+    ) == ("\n".join(merged) + "\n")
+    assert (
+        _anchored(SERVICE_JAVA, ["        return true;", "        bookings.add(b);"]) is None
+    )  # out of order
+    assert _anchored(SERVICE_JAVA, ["    int size() {", "    }"]) is None  # nothing to place it by
+    two = [
+        "    // ... existing code ...",
+        "        return true;",
+        "// ... existing code ...",
+        "    public List<Booking> all() {",
+    ]
+    assert _fragment_merged(SERVICE_JAVA, "\n".join(two)) is None  # its second run shares no line
 
 
 @pytest.mark.parametrize(
