@@ -278,8 +278,8 @@ def _anchored(old: str, lines: list[str]) -> str | None:
     once (anchors, in the same order in both): it replaces the file's lines from its first anchor
     to its last, widened over the lines next to them that the run repeats (a decorator above, a
     block's closing ``}`` below; not a blank line); its lines before the first anchor and after the
-    last are new.
-    None without an anchor, or with anchors out of order."""
+    last are new. None without an anchor, with anchors out of order, or with four or more lines
+    more between two anchors in the file than in the run (lines the run leaves out, not removes)."""
     text = old.splitlines()
     in_file: dict[str, list[int]] = {}
     for i, x in enumerate(text):
@@ -292,8 +292,11 @@ def _anchored(old: str, lines: list[str]) -> str | None:
         for j, x in enumerate(lines)
         if x.strip() and len(in_file.get(x.strip(), ())) == 1 and in_run[x.strip()] == 1
     ]
-    if not anchors or any(b[1] <= a[1] for a, b in zip(anchors, anchors[1:], strict=False)):
+    pairs = list(zip(anchors, anchors[1:], strict=False))
+    if not anchors or any(b[1] <= a[1] for a, b in pairs):
         return None
+    if any((b[1] - a[1]) - (b[0] - a[0]) > 3 for a, b in pairs):
+        return None  # four or more lines of the file more between two anchors than in the run: elided
     (j0, start), (j1, end) = anchors[0], anchors[-1]
     while j0 > 0 and start > 0 and lines[j0 - 1].strip() == text[start - 1].strip() != "":
         j0, start = j0 - 1, start - 1

@@ -1102,6 +1102,12 @@ def test_a_fragment_is_placed_by_the_lines_it_shares_with_the_file():
         _anchored(SERVICE_JAVA, ["        return true;", "        bookings.add(b);"]) is None
     )  # out of order
     assert _anchored(SERVICE_JAVA, ["    int size() {", "    }"]) is None  # nothing to place it by
+    # a method's whole body between two anchors, left out: elided, not removed
+    elided = [
+        "    public boolean book(Booking b) {",
+        "    public List<Booking> bookingsFor(LocalDate night) {",
+    ]
+    assert _anchored(SERVICE_JAVA, elided) is None
     two = [
         "    // ... existing code ...",
         "        return true;",
