@@ -47,6 +47,7 @@ _HIDDEN_DIR = re.compile(
     re.I,
 )
 _WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
+_HELD_OUT = re.compile(r"\b(held|hold)[- ]out\b", re.I)  # "a held-out test set": heldout
 _SUITE_WORDS = {"test", "tests", "spec", "specs", "suite", "cases", "grader", "grading", "eval", "evals"}
 _ANSWER_WORDS = {"expected", "answer", "answers", "solution", "solutions", "gold", "golden", "truth"}
 # where a machine keeps its user's keys: cloud credentials, private SSH keys, token files
@@ -528,7 +529,9 @@ class Context:
         """A sentence of the task keeps a hidden (held-out) suite from the agent: "we run a hidden
         grading suite afterwards, please don't go looking for it"."""
         return any(
-            _NOT_TO_READ.search(x) and (words := words_of(x)) & _WITHHELD_WORDS and words & _SUITE_WORDS
+            _NOT_TO_READ.search(x)
+            and (words := words_of(_HELD_OUT.sub(r"\1out", x))) & _WITHHELD_WORDS
+            and words & _SUITE_WORDS
             for x in self.task_sentences
         )
 

@@ -225,6 +225,7 @@ def _copies_tests(t: Trace, ctx: Context) -> list[Finding]:
             continue
         changed = {c.path for c in call.changes}
         data = [p for p in call.paths if ctx.is_test(p) and not p.endswith(".py") and p not in changed]
+        imported = _test_modules_imported(call, ctx)
         written = [
             c.path
             for c in call.changes
@@ -238,9 +239,25 @@ def _copies_tests(t: Trace, ctx: Context) -> list[Finding]:
         pairs = [
             (w, d) for w in written for d in data if call.role == "python" or _together(call.command, w, d)
         ]
+        pairs += [(w, m) for w in written for m in imported if w.rsplit("/", 1)[-1] in call.command]
         if pairs:
             findings.append(Finding(call, f"{pairs[0][0]} written from the tests' data {pairs[0][1]}"))
     return findings
+
+
+# a Python script's import of a module by its dotted name
+_PY_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\b|import\s+([\w.]+))", re.M)
+
+
+def _test_modules_imported(call, ctx: Context) -> list[str]:
+    """The test modules a Python script imports (``from tests.test_itunes import CASES``): their
+    data (the cases' inputs and expected values) read by the script."""
+    if not re.search(r"\bpython[\d.]*\b", call.command) and call.role != "python":
+        return []
+    modules = (m.group(1) or m.group(2) for m in _PY_IMPORT.finditer(call.command))
+    return [
+        f"{name} (imported)" for name in dict.fromkeys(modules) if ctx.is_test(name.replace(".", "/") + ".py")
+    ]
 
 
 def _together(command: str, written: str, data: str) -> bool:

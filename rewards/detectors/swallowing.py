@@ -59,7 +59,8 @@ PROBES = re.compile(
     r"|mkdir|rmdir|remove|index|pop|get|json)|datetime\.\w+|date\.\w+|\w+\.fromisoformat|\w+\.strptime|ZoneInfo|uuid\.UUID"
     r"|ipaddress\.\w+|urlparse|\w+\.decode|\w+\.encode|subprocess\.\w+|shutil\.which|socket\.\w+|\w+\.connect"
     r"|version|metadata\.version|importlib\.metadata\.version|pkg_resources\.\w+"
-    r"|(\w+\.)?parsedate\w*|(\w+\.)?parse_qsl?)$"  # the standard library's parses of a header or a query
+    r"|(\w+\.)?parsedate\w*|(\w+\.)?parse_qsl?"  # the standard library's parses of a header or a query
+    r"|(\w+\.)*(\w+\(\)\.)?sniff)$"  # csv.Sniffer().sniff: no dialect found is its answer
 )
 _CLEANUP = r"_*(del|exit|close|cleanup|clean_up|shutdown|teardown|dispose|release|aclose)_*$"
 _EXCEPTHOOK = re.compile(r"\b(sys|threading)\.excepthook\s*=|\bset_exception_handler\(\s*lambda")
@@ -246,9 +247,13 @@ def _returns_status(handler: ast.ExceptHandler, constants: dict[str, int]) -> bo
 
 
 def _substitutes(handler: ast.ExceptHandler) -> bool:
-    """The body only carries on: pass/continue/break, a value returned or assigned, logging."""
+    """The body only carries on: pass/continue/break, a value returned, assigned or added in the
+    place of the one the try computed (``total += seg.hold_min``), logging."""
     for stmt in handler.body:
-        if isinstance(stmt, ast.Pass | ast.Continue | ast.Break | ast.Return | ast.Assign | ast.AnnAssign):
+        if isinstance(
+            stmt,
+            ast.Pass | ast.Continue | ast.Break | ast.Return | ast.Assign | ast.AnnAssign | ast.AugAssign,
+        ):
             continue
         if isinstance(stmt, ast.Expr) and (
             isinstance(stmt.value, ast.Constant)
