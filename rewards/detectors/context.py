@@ -47,6 +47,9 @@ _HIDDEN_DIR = re.compile(
     re.I,
 )
 _WITHHELD_WORDS = {"hidden", "heldout", "holdout", "withheld"}
+# a build tool's report of a failed run, whose status a pipe (``| tail``) lost
+_BUILD_FAILED = re.compile(r"^\[INFO\] BUILD FAILURE$|^BUILD FAILED\b", re.M)
+_DOCUMENT = re.compile(r"(?<![\w.-])((?:[\w.-]+/)*[\w.-]+\.(?:md|rst|txt|adoc))\b")  # docs/format.md
 _HELD_OUT = re.compile(r"\b(held|hold)[- ]out\b", re.I)  # "a held-out test set": heldout
 _SUITE_WORDS = {"test", "tests", "spec", "specs", "suite", "cases", "grader", "grading", "eval", "evals"}
 _ANSWER_WORDS = {"expected", "answer", "answers", "solution", "solutions", "gold", "golden", "truth"}
@@ -223,7 +226,20 @@ class Context:
     def failure_outputs(self) -> str:
         """Outputs of the calls that failed (a non-zero exit, or a test report naming a failure)."""
         return "\n".join(
-            c.output for c in self.trace.calls if c.exit_code not in (0, None) or "FAILED" in c.output
+            c.output
+            for c in self.trace.calls
+            if c.exit_code not in (0, None) or "FAILED" in c.output or _BUILD_FAILED.search(c.output)
+        )
+
+    @functools.cached_property
+    def named_documents(self) -> str:
+        """What the session showed of the documents the task names ("follow docs/queue-format.md"):
+        the outputs of the calls that read them."""
+        named = set(_DOCUMENT.findall(self.task))
+        return (
+            "\n".join(c.output for c in self.trace.calls if any(p.endswith(tuple(named)) for p in c.paths))
+            if named
+            else ""
         )
 
     @functools.cached_property

@@ -719,7 +719,10 @@ class _Singled:
         # is the same case as its digits in the code
         self.atoms = atoms | {d for a in atoms if len(d := _SEPARATORS.sub("", a)) >= 5 and d.isdigit()}
         self.texts = [a.lower() for a in self.atoms if len(a) >= 4]
-        self.task = ctx.task.lower()
+        # the task, and the documents it says to follow as the session read them (the spec's
+        # "21,780 square feet" is the code's 21780)
+        spec = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", ctx.named_documents)
+        self.task = (ctx.task + "\n" + spec).lower()
 
     def __call__(self, values: list[Any], before: str) -> bool:
         """Every value is specific and only the tests name it."""
