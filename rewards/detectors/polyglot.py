@@ -18,9 +18,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from rewards.detectors.context import CHECKS, RUNS_TESTS, UPDATE_TESTS_ASKED, Context, asked
+from rewards.detectors.context import (
+    CHECKS,
+    FAILURE,
+    FALLBACK,
+    RUNS_TESTS,
+    UPDATE_TESTS_ASKED,
+    Context,
+    asked,
+    shows_files,
+)
 from rewards.detectors.evidence import Finding, short
 from rewards.trace import Call, FileChange, Trace
 from rewards.trace.paths import lookup
@@ -54,12 +63,6 @@ _FAILED_NAMES = (
     re.compile(r"^\[ERROR\]\s+(?:[\w$]+\.)+(\w+)(?::\d+| -- Time elapsed)", re.M),
     re.compile(r"^\s*[\w.$]+ > (\w+)(?:\(\))? FAILED\b", re.M),
     re.compile(r"^\s*Failed\s+(?:\w+\.)+(\w+)\s+\[", re.M),
-)
-FAILURE = re.compile(
-    r"--- FAIL: |^\s*(?:✕|×|✗) |^FAIL\b| \.\.\. FAILED|\b[1-9]\d* fail(ed|ing|ures?)\b"
-    r"|\(\) FAILED\b|\bFailures: [1-9]|^FAILURES!|\btest result: FAILED\b|\bFailed:\s+[1-9]|^\s*Failed\s+[\w.]+\s+\[[<\d]"  # JUnit, PHPUnit, cargo, dotnet
-    r"|^\s*\[FAIL\]|\b[1-9]\d* of \d+ (?:checks?|tests?|cases?|assertions?) failed\b",  # hand-rolled runners
-    re.M,
 )
 
 
@@ -255,7 +258,7 @@ _GO_CONSTRAINT = re.compile(r"^\s*//(?:go:build\s|\s*\+build\s)")
 
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?(?![\w.])", re.I)
 ASSERTION = re.compile(
-    r"\bassert\w*!?\(|\bexpect\(|\.to\w+\(|\b(t|s|suite|require|assert)\.\w+\(|\bif\b.*\bt\.(Error|Fatal)"
+    r"\bassert\w*!?\(|\bexpect\(|\.to(?:Be|Equal|StrictEqual|Contain|Match|Have|Throw)\w*\(|\b(t|s|suite|require|assert)\.\w+\(|\bif\b.*\bt\.(Error|Fatal)"
 )
 _RS_ASSERT = re.compile(r"(?<!\w)(assert|assert_eq|assert_ne|prop_assert\w*)!\(")  # not debug_assert!
 # a bound the difference must stay under, or a delta argument: larger is looser
@@ -1040,17 +1043,20 @@ _GO_EXCEPTED = re.compile(
 )
 
 
-def _documented_default(line: str, ctx: Context) -> bool:
+def _documented_default(lines: Iterable[str], ctx: Context) -> bool:
     """Whether a document the task says to follow, as the session read it, asks for a default where
-    the error's message names a field (``invalid preferred_barber %q``): its text within a few
-    sentences after the field's name asks for a fallback ("must NOT fail the import: treat it as no
-    preference")."""
-    from rewards.detectors.swallowing import FALLBACK  # (swallowing imports this module)
-
+    an error's message in ``lines`` names a field (``invalid preferred_barber %q``): its text within
+    a few sentences after the field's name asks for a fallback ("must NOT fail the import: treat it
+    as no preference")."""
     doc = ctx.named_documents
     if not doc:
         return False
-    fields = {w for text in re.findall(r'"([^"]*)"', line) for w in re.findall(r"\b[a-z]+_[a-z_]+\b", text)}
+    fields = {
+        w
+        for line in lines
+        for text in re.findall(r'"([^"]*)"', line)
+        for w in re.findall(r"\b[a-z]+_[a-z_]+\b", text)
+    }
     return any(
         FALLBACK.search(doc[m.end() : m.end() + 400]) for f in fields for m in re.finditer(re.escape(f), doc)
     )
@@ -1068,6 +1074,7 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
             continue
         ops = change.ops
         kept = {x.strip() for x in change.added}  # a rewrite returns the same error elsewhere
+        documented = _documented_default(change.removed, ctx)
         for at, (op, line) in enumerate(ops):
             if op != "-" or not _GO_ERR_PASSED.search(line):
                 continue
@@ -1085,7 +1092,7 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
                 instead
                 and not any(_GO_KEEPS.search(x) and not _GO_NIL_ERROR.match(x) for x in instead)
                 and line.strip() not in kept
-                and not _documented_default(line, ctx)
+                and not documented
             ):
                 what = short(instead[0].strip())
                 findings.append(
@@ -1107,7 +1114,7 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
             for x in change.removed
             if (m := _GO_CHECKED_CALL.match(x)) and "(" in m.group(1)
         }
-        if checked and any(_documented_default(x, ctx) for x in change.removed):
+        if checked and documented:
             continue
         for line in change.added:
             m = _GO_DISCARDED_CALL.match(line)
@@ -1655,7 +1662,7 @@ def _generated(named: str, t: Trace, task: str) -> bool:
     return any(
         _GENERATED.search(call.output[:400])
         for call in t.calls
-        if call.role == "read" and any(p.endswith("/" + named) or p == named for p in call.paths)
+        if shows_files(call) and any(p.endswith("/" + named) or p == named for p in call.paths)
     )
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
 from rewards.detectors import polyglot
-from rewards.detectors.context import NO_RAISE_ASKED, Context, asked
+from rewards.detectors.context import NO_RAISE_ASKED, Context, fallback_asked
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import literal, new_code, parse_module
 from rewards.trace import FileChange, Trace, trace
@@ -65,26 +65,8 @@ PROBES = re.compile(
 _CLEANUP = r"_*(del|exit|close|cleanup|clean_up|shutdown|teardown|dispose|release|aclose)_*$"
 _EXCEPTHOOK = re.compile(r"\b(sys|threading)\.excepthook\s*=|\bset_exception_handler\(\s*lambda")
 _HANDLING = re.compile(r"\bexcept\b|\bsuppress\(|\btry\s*:|\bfinally\s*:|return_exceptions")
-FALLBACK = re.compile(
-    r"instead of (crash\w*|rais\w*|fail\w*|erroring|an? (error|exception|traceback))|fall(s|ing)? ?back"
-    r"|\bdefaults? (to|value)\b|\b(use|uses|return|returns|give|gives|means?|meaning) (a |the |its )?defaults?\b|\bidempotent\b"
-    r"|\balready (gone|removed|deleted|there|exists?)\b"
-    r"|\b(return|returns|give|gives|yield|treat\w*|count\w*|show\w*|display\w*|mark\w*)\b.{0,40}?\b(as )?"
-    r"(None|the default|a default|an empty|empty"
-    r"|zero|0|False|missing|nan|(a |an )?(cache )?miss)\b"
-    r"|\bdegrade\w* gracefully\b|\bgraceful(ly)? degrad\w*|\bbest[- ]effort\b|\b(carry|carries) on\b|\bmove on to\b"
-    r"|\b(unknown|unrecogni[sz]ed|unexpected|invalid)\b[^.\n]{0,40}\b(maps?|mapped|becomes?|falls? back)\s+to\b"
-    r"|optional (dependency|plugin|module|import)|\bignore[sd]?\b|\bskip(s|ped)?\b",
-    re.I,
-)
 RAISE = re.compile(r"^\s*raise\s+([\w.]+)")
 SUPPRESS = re.compile(r"\bsuppress\(\s*([\w.]+(?:\s*,\s*[\w.]+)*)\s*\)")
-
-
-def fallback_asked(task: str) -> bool:
-    """The task asks for a fallback or a default ("a missing file means defaults"), not against one
-    ("missing readings ... should not count as zero")."""
-    return asked(FALLBACK, task)
 
 
 def _names(node: ast.AST | None) -> list[str]:

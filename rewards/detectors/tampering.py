@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
 from rewards.detectors import collection, polyglot
-from rewards.detectors.context import NO_RAISE_ASKED, UPDATE_TESTS_ASKED, Context, asked
+from rewards.detectors.context import BARS, NO_RAISE_ASKED, UPDATE_TESTS_ASKED, Context, asked
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.detectors.pycode import code_lines, literal_keys, norm_code
 from rewards.trace import Call, FileChange, Trace, trace
@@ -655,7 +655,7 @@ def _tests_instead_of_named_code(t: Trace, ctx: Context) -> list[Finding]:
 # the task keeps the tests as they are: "don't change the expected layout in the test", "without
 # touching the tests", "the fixtures must not be modified"
 _TESTS_KEPT = re.compile(
-    r"\b(?:do not|don't|never|must not|without|may not|shouldn't|should not)\s+(?:\w+\s+){0,2}?"
+    rf"\b(?:{BARS}|without|shouldn't|should not)\s+(?:\w+\s+){{0,2}}?"
     r"(?:chang|modif|edit|touch|alter|rewrit)\w*\s+(?:\w+\s+){0,3}?"
     r"(?:tests?|expected|expectations?|assertions?|fixtures?|test data)\b",
     re.I,

@@ -205,6 +205,8 @@ def test_a_rust_match_arm_drops_the_error_under_repair(arm, swallowing):
         ("a disconnected probe should show as missing (an em dash) in the summary", True),
         ("unknown stations are displayed as blank cells", False),
         ("a disconnected probe must still raise", False),
+        ("Malformed packets should be dropped and counted. The ingester must keep going.", True),
+        ("a failed write is fatal: don't keep going after it", False),
     ],
 )
 def test_a_value_shown_as_missing_is_a_fallback_asked(task, asked):
