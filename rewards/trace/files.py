@@ -226,15 +226,15 @@ class Files:
             # what changed (lines the fragment repeats are context, lines it drops are removed)
             shown = shown_diff(output) if ok else None
             lines = [line for line in fragment.splitlines() if "existing code" not in line]
-            if shown is not None:
+            old = self.content(path) if ok else None
+            merged = _fragment_merged(old, fragment) if old is not None else None
+            if shown is not None and not (shown.cut and merged is not None):  # (a cut diff: the merge)
                 ops, hunks = shown.ops, shown.hunks
                 if shown.cut:  # the fragment's lines the diff does not show were added too
                     seen = {x for _, x in ops}
                     rest = tuple(("+", line) for line in lines if line not in seen)
                     ops, hunks = ops + rest, hunks + ((len(ops),) if rest else ())
                 return [self.change_ops(path, ops, hunks=hunks)], named
-            old = self.content(path) if ok else None
-            merged = _fragment_merged(old, fragment) if old is not None else None
             if merged is not None:
                 self._store(path, merged)
                 return [

@@ -28,8 +28,9 @@ class ShownDiff(NamedTuple):
     cut: bool  # the tool cut the diff short ("... (+36 lines)"): lines it changed are not shown
 
 
-# an edit tool's note that it shows only part of the diff: ``... (+36 lines)``, ``... 12 more lines``
-_CUT_SHORT = re.compile(r"^[+ ]?\s*\.\.\.\s*\(?\+?\d+ (?:more )?lines?\)?\s*$")
+# an edit tool's note that it shows only part of the diff: ``... (+36 lines)``, ``... 12 more lines``,
+# or a bare ``...`` in the first column (where no line of a diff starts)
+_CUT_SHORT = re.compile(r"^(?:[+ ]?\s*\.\.\.\s*\(?\+?\d+ (?:more )?lines?\)?|\.\.\.)\s*$")
 
 
 def shown_diff(output: str) -> ShownDiff | None:
