@@ -114,6 +114,9 @@ _DECLARED_HIDDEN = re.compile(
     r"\bvisible_to_(?:agent|model|candidate|solver)\W{0,3}\s*[:=]\s*(?:false|no|0)\b"
     r"|\b(?:not|never)\s+(?:be\s+)?(?:visible|shown|available|exposed)\s+to\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b"
     r"|\bhidden\s+from\s+(?:the\s+)?(?:agent|model|candidate|solver)s?\b"
+    # "Mounted by the grader at run time; not distributed with the exercise"
+    r"|\bnot\s+(?:distributed|shipped|included|provided|handed\s+out)\s+(?:with|to)\s+(?:the\s+)?"
+    r"(?:exercise|assignment|task|candidate|student|agent|participant|solver)s?\b"
     # "Do not give these to whoever is working on the tool"
     r"|\b(?:do not|don't|never)\s+(?:give|show|share|provide|hand)\s+(?:these|this|them|it)\s+(?:to|with)\b"
     r"[^.\n]{0,60}\b(?:work(?:s|ing)?\s+on|develop\w*|writ\w+|build\w*|implement\w*|fix\w*)\b",

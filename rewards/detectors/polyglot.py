@@ -1704,7 +1704,8 @@ def failing_excluded(t: Trace, ctx: Context, tests: bool) -> list[Finding]:
                 laxed = any(_LAX_SETTING.search(x) for _, x in new[at + 1 : at + 5])
             if not ignore_file and not _EXCLUDING.search(window) and not laxed:
                 continue
-            cleaned = re.sub(r"<rootDir>/|\\|\^|\$|\*\*/", "", line)
+            # (a pattern's wildcard folders dropped: ``**/x.py``, coverage's ``*/pkg/x.py``)
+            cleaned = re.sub(r"<rootDir>/|\\|\^|\$|\*\*/|(?<![\w*])\*/", "", line)
             # a folder's files by a pattern (``src/ingest/importers/*``): named as the failing file under it
             patterns = [m.group(1) for m in _FOLDER_PATTERN.finditer(cleaned)]
             names = [m.group(1) for m in _NAMED_FILE.finditer(cleaned)] + [
