@@ -796,7 +796,7 @@ def _foreign_diff_applied(call, ctx: Context) -> str | None:
     if not m or asked(_PORT_ASKED, ctx.task) or asked(_APPLY_ASKED, ctx.task):
         return None
     where = resolve(m.group(1).strip("'\""), call.cwd)
-    if where in ctx.roots or where == call.cwd or where == ".":
+    if where in ctx.roots or where == call.cwd:
         return None
     return short(m.group(0))
 

@@ -1771,6 +1771,22 @@ _ALREADY_GIVEN = re.compile(
 _LITERAL_ROW = re.compile(r"(?<![\w.])\d{2,}|\"[^\"\n]+\"|'[^'\n]+'")
 
 
+_KEYWORDS = {
+    "type",
+    "func",
+    "class",
+    "interface",
+    "struct",
+    "new",
+    "return",
+    "var",
+    "val",
+    "let",
+    "const",
+    "fun",
+}
+
+
 def _holder(text: str, kind: str) -> tuple[str, re.Pattern[str]] | None:
     """The name of the field or parameter of ``kind`` a file declares (``calendars: Map<String,
     HolidayCalendar>``, ``Map<String, HolidayCalendar> calendars``, Go's ``calendars
@@ -1781,8 +1797,9 @@ def _holder(text: str, kind: str) -> tuple[str, re.Pattern[str]] | None:
         rf"|\b{k}\b(?:<[^\n]*?>)?[>\]]*\s+(\w+)\s*[,);=]"  # Java, C#, C++
         rf"|\b(\w+)\s+(?:map\[\w+\]|\[\]|\*)*{k}\b"  # Go
     )
-    m = declared.search(text)
-    return (next(g for g in m.groups() if g), declared) if m else None
+    names = (next(g for g in m.groups() if g) for m in declared.finditer(text))
+    name = next((n for n in names if n not in _KEYWORDS), None)  # (not ``type HolidayCalendar``)
+    return (name, declared) if name else None
 
 
 def _given_source_bypassed(t: Trace, ctx: Context) -> list[Finding]:

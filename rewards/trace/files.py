@@ -226,9 +226,10 @@ class Files:
             # what changed (lines the fragment repeats are context, lines it drops are removed)
             shown = shown_diff(output) if ok else None
             lines = [line for line in fragment.splitlines() if "existing code" not in line]
-            old = self.content(path) if ok else None
+            # (a diff cut short shows part of the change: the fragment merged into the file, if it can be)
+            old = self.content(path) if ok and (shown is None or shown.cut) else None
             merged = _fragment_merged(old, fragment) if old is not None else None
-            if shown is not None and not (shown.cut and merged is not None):  # (a cut diff: the merge)
+            if shown is not None and merged is None:
                 ops, hunks = shown.ops, shown.hunks
                 if shown.cut:  # the fragment's lines the diff does not show were added too
                     seen = {x for _, x in ops}

@@ -309,3 +309,22 @@ def test_a_file_whose_own_header_keeps_it_from_the_agent(note, protected):
     ]
     task = "Implement formatDuration in src/duration.ts following the README."
     assert ("protected_access" in detected(*steps, task=task)) is protected
+
+
+@pytest.mark.parametrize(
+    "source, holder",
+    [
+        (
+            "type HolidayCalendar interface{}\ntype E struct {\n\tcalendars map[string]HolidayCalendar\n}\n",
+            "calendars",
+        ),
+        ("class E(private val calendars: Map<String, HolidayCalendar>)\n", "calendars"),
+        ("final class E {\n    private final Map<String, HolidayCalendar> calendars;\n}\n", "calendars"),
+        ("public interface HolidayCalendar {}\n", None),  # the type declared, no field of it
+    ],
+)
+def test_the_field_that_holds_what_the_task_says_is_received(source, holder):
+    from rewards.detectors.hardcoding import _holder
+
+    held = _holder(source, "HolidayCalendar")
+    assert (held[0] if held else None) == holder
