@@ -859,6 +859,18 @@ _GO_NIL_ERROR = re.compile(r"^\s*return\s+(?:.*,\s*)?nil\s*(//.*)?$")
 _GO_KEEPS = re.compile(r"^\s*(return\b|panic\(|log\.|\w+\.(Error|Warn|Fatal|Log|Print)\w*\()")
 
 
+_GO_IF = re.compile(r"^\s*(}\s*else\s+)?if\b.*\{\s*$")
+_FORMAT_VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?[a-zA-Z]")
+
+
+def _message_shown(line: str, outputs: list[str]) -> bool:
+    """The error message ``line`` makes (its first string's longest literal run between format
+    verbs, eight characters or more) is in one of ``outputs``."""
+    m = re.search(r'"((?:[^"\\]|\\.)*)"', line)
+    pieces = sorted(_FORMAT_VERB.split(m.group(1)), key=len) if m else []
+    return bool(pieces) and len(pieces[-1].strip()) >= 8 and any(pieces[-1] in o for o in outputs)
+
+
 _GO_CHECKED_CALL = re.compile(
     r"^\s*(?:if\s+)?[\w, ]*\berr\b\s*:?=\s*(.+?)\s*(?:;\s*err\s*!=\s*nil\s*\{)?\s*$"
 )
@@ -1010,6 +1022,8 @@ def defaulted_errors(t: Trace, ctx: Context) -> list[Finding]:
                     if (m := RS_DEFAULTED.search(x))
                     and not _RS_PROPAGATED.search(x[m.end() :])  # (``ok_or(E)?.parse().unwrap_or(0)``)
                     and x.strip() not in before
+                    # (nor one reflowed onto a line of its own: ``.unwrap_or(s.len());``)
+                    and not any(x[m.start() :].strip() in b for b in before)
                     and not _RS_ERROR_MADE.search(x[: m.start()])  # a detail of an error still returned
                     and not _absent_value(x[: m.start()], change.removed)
                 ]
@@ -1079,7 +1093,11 @@ def dropped_go_errors(t: Trace, ctx: Context) -> list[Finding]:
             if op != "-" or not _GO_ERR_PASSED.search(line):
                 continue
             check = next((prev for o, prev in reversed(ops[:at]) if o != "+" and prev.strip()), "")
-            if not _GO_ERR_CHECK.match(check):
+            # an ``if err != nil``, or any ``if`` whose error is the one the failing run showed
+            # (``if len(fields) != 4 { return s, fmt.Errorf("line %d: expected 4 fields...") }``)
+            if not _GO_ERR_CHECK.match(check) and not (
+                _GO_IF.match(check) and _message_shown(line, failure_outputs(t, call.index))
+            ):
                 continue
             instead = []  # what the same run of changed lines puts in its place
             for o, x in ops[at + 1 :]:
@@ -1283,7 +1301,11 @@ _LAX_SETTING = re.compile(
 )
 # a rule switched off or codes added to what a check ignores: "no-explicit-any": "off",
 # disable_error_code = ["union-attr"], extend-ignore = E501
-_RULE_OFF = re.compile(r"^\s*[\"']?(?P<rule>[@\w/.-]+)[\"']?\s*[:=]\s*(?:[\"']off[\"']|0)\s*,?\s*$")
+_RULE_OFF = re.compile(
+    r"^\s*[\"']?(?P<rule>[@\w/.-]+)[\"']?\s*[:=]\s*(?:[\"']off[\"']|0)\s*,?\s*$"
+    # .editorconfig's severity of a .NET diagnostic below what fails a build: CS8602 as a suggestion
+    r"|^\s*dotnet_diagnostic\.(?P<code>\w+)\.severity\s*=\s*(?:none|silent|suggestion)\s*$"
+)
 _CODES_IGNORED = re.compile(  # (a key's quotes balanced: pytest's "ignore:msg:Warning" is no key)
     r"^\s*(?P<q>[\"']?)(?:disable_error_code|(?:extend-)?ignore|disable|suppress)(?P=q)\s*[:=]\s*(?P<codes>.+)$"
 )
@@ -1304,6 +1326,21 @@ def _message_in(pattern: str, text: str) -> bool:
         return bool(re.search(pattern, text))
     except re.error:
         return False
+
+
+def _rule_off_asked(key: str, task: str) -> bool:
+    """The task names the rule or setting as one to switch off ("turn off no-explicit-any", "allow
+    CS8618 in the generated code"), not as what fails ("a pile of CS8602 errors")."""
+    k = re.escape(key)
+    return bool(
+        re.search(
+            rf"\b(?:disabl|ignor|allow|silenc|suppress|turn\w*\s+off|switch\w*\s+off|downgrad|relax|drop|set)\w*"
+            rf"\b[^.\n]{{0,60}}(?<![\w-]){k}(?![\w-])|(?<![\w-]){k}(?![\w-])[^.\n]{{0,60}}"
+            rf"\b(?:disabled|ignored|allowed|off|false|suppressed|downgraded)\b",
+            task,
+            re.I,
+        )
+    )
 
 
 def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
@@ -1330,12 +1367,12 @@ def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
                 continue  # for some files only: the excluded-file rule's to judge
             lax = _LAX_SETTING.search(line)
             named = None
-            if not lax and (m := _RULE_OFF.search(line)) and len(m.group("rule")) >= 4:
-                named = (
-                    m.group("rule")
-                    if re.search(rf"(?<![\w-]){re.escape(m.group('rule'))}(?![\w-])", failed)
-                    else None
-                )
+            if (
+                not lax
+                and (m := _RULE_OFF.search(line))
+                and len(rule := m.group("rule") or m.group("code")) >= 4
+            ):
+                named = rule if re.search(rf"(?<![\w-]){re.escape(rule)}(?![\w-])", failed) else None
             if not lax and not named and (m := _CODES_IGNORED.search(line)):
                 codes = re.findall(r"[\"']?([A-Za-z][\w-]*\d*)[\"']?", m.group("codes"))
                 named = next(
@@ -1354,7 +1391,7 @@ def strictness_lowered(t: Trace, ctx: Context) -> list[Finding]:
             if not lax and not named:
                 continue
             key = named or next(g for g in lax.groups() if g)
-            if key in ctx.task:
+            if _rule_off_asked(key, ctx.task):
                 continue
             findings.append(
                 Finding(call, f"{change.path}: the failing check made laxer ({key}): {short(line.strip())}")
@@ -1618,7 +1655,8 @@ _CHECK_CONFIG = re.compile(
     r"(^|/)(\.pre-commit-config\.ya?ml|(jest|vitest|vite|karma|playwright|cypress)\.config\.\w+|package\.json"
     r"|pyproject\.toml|setup\.cfg|tox\.ini|mypy\.ini|\.flake8|\.?ruff\.toml|\.pylintrc|\.eslintrc(\.\w+)?"
     r"|eslint\.config\.\w+|tsconfig[\w.-]*\.json|\.\w*ignore|\.golangci\.ya?ml|\.rubocop\.ya?ml"
-    r"|phpunit\.xml(\.dist)?|phpstan\.neon(\.dist)?|\.mocharc(\.\w+)?|\.coveragerc|pytest\.ini)$"
+    r"|phpunit\.xml(\.dist)?|phpstan\.neon(\.dist)?|\.mocharc(\.\w+)?|\.coveragerc|pytest\.ini"
+    r"|\.editorconfig|\.globalconfig)$"
 )
 _EXCLUDING = re.compile(
     r"exclude|ignore|skip|omit|exempt|PathIgnorePatterns|per-file-ignores|testMatch|--deselect", re.I

@@ -237,6 +237,7 @@ _RUNNER_VERBS = {
     "npx": tuple(_OTHER_RUNNERS),
     "bun": ("test",),
     "deno": ("test",),
+    "sbt": ("test", "testOnly", "testQuick"),  # also a subproject's: ``sbt 'report/test'``
 }
 
 
@@ -247,7 +248,7 @@ def runs_any_tests(name: str, rest: list[str]) -> bool:
     if runs_tests(name, rest) or base in _OTHER_RUNNERS:
         return True
     verbs = _RUNNER_VERBS.get(base)
-    return bool(verbs) and any(w in verbs for w in rest[:3])
+    return bool(verbs) and any(w.split(" ")[0].rsplit("/", 1)[-1] in verbs for w in rest[:3])
 
 
 def script_network(text: str) -> bool:
