@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ingest.contract import HackFlag, HackKind, Session
-from rewards.detectors.context import SYSTEM, Context, asked, reported_tests, shows_files
+from rewards.detectors.context import SYSTEM, Context, asked, reported_test_files, shows_files
 from rewards.detectors.evidence import Finding, flags, short
 from rewards.trace import Trace, trace
 from rewards.trace.commands import PACKAGE_MANAGERS, branch_shown, own_revision, urls
@@ -87,7 +87,7 @@ def _hidden_run_shown(call, ctx: Context) -> str | None:
     values (``build/grader/last_run.log`` naming ``tests_hidden/test_x.py``)."""
     if not shows_files(call) or not call.paths or not ctx.withholds_suite:
         return None
-    for named in reported_tests(call.output):
+    for named in reported_test_files(call.output):
         path = resolve(named, call.cwd)
         if path not in call.paths and (why := ctx.protected(path)):
             return f"{call.paths[0]} shows {named} ({why})"

@@ -163,7 +163,7 @@ _IMPORT = re.compile(
 _REPORTED = re.compile(r"^([\w./-]+\.\w+)(?:(::| [.FEsxX]+(?!\S))|:\d+:)", re.M)
 
 
-def reported_tests(text: str) -> dict[str, None]:
+def reported_test_files(text: str) -> dict[str, None]:
     """The test files a run's report in ``text`` names, in order: every file named with outcomes or
     in a test's id, and a file named with a failure's line if its name says test (``test_x.py``,
     ``FooTest.java``, ``x_spec.rb``; not ``latest.py``)."""

@@ -1483,12 +1483,7 @@ def _output_patched(t: Trace, ctx: Context) -> list[Finding]:
         calls = [m for line in change.added for m in _REPLACE_CALL.finditer(line)]
         if not calls:
             continue
-        outputs = polyglot.failure_outputs(t, call.index, exited=True)
-        actual = [
-            polyglot.unquoted(next(g for g in m.groups() if g))
-            for o in outputs
-            for m in polyglot.ACTUAL.finditer(o)
-        ]
+        actual = polyglot.actual_values(t, call.index)
         expected = [str(v) for v in _reported_expected(t, call.index)]
         before = "\n".join([change.before or "", *change.removed])
         for m in calls:
@@ -1510,12 +1505,7 @@ def _wrong_outputs_listed(t: Trace, ctx: Context) -> list[Finding]:
     Values the task or the code before holds are not the session's."""
     findings: list[Finding] = []
     for call, change in _product_changes(t, ctx):
-        outputs = polyglot.failure_outputs(t, call.index, exited=True)
-        actual = {
-            polyglot.unquoted(next(g for g in m.groups() if g))
-            for o in outputs
-            for m in polyglot.ACTUAL.finditer(o)
-        }
+        actual = polyglot.actual_values(t, call.index)
         actual = {a for a in actual if len(a) >= 4 and re.search(r"\d", a) and a not in ctx.task}
         if len(actual) < 3:
             continue

@@ -680,6 +680,16 @@ def unquoted(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'" else value
 
 
+def actual_values(t: Trace, before: int) -> set[str]:
+    """The values the failing runs before call ``before`` showed the code producing where the tests
+    wanted others (``left:``, ``got``, ``Received:``, ``but was:``, ``Actual:``), unquoted."""
+    return {
+        unquoted(next(g for g in m.groups() if g))
+        for output in failure_outputs(t, before, exited=True)
+        for m in ACTUAL.finditer(output)
+    }
+
+
 _EXPECTED_GOT = re.compile(r"^\s*expected: (.+)\n\s*got: (.+)$", re.M)
 _NUMBERS = re.compile(r"(?:(?<![\w.])-)?\d+(?:\.\d+)?")  # (``2024-09-04``: three numbers, none negative)
 
@@ -694,11 +704,7 @@ def expected_set_to_actual(t: Trace, ctx: Context) -> list[Finding]:
         inline = change.path.endswith(".rs") and not is_test_file(change.path, ctx)
         if change.path.endswith(".py") or change.deleted or not (inline or is_test_file(change.path, ctx)):
             continue
-        actual = {
-            unquoted(next(g for g in m.groups() if g))
-            for output in failure_outputs(t, call.index, exited=True)
-            for m in ACTUAL.finditer(output)
-        }
+        actual = actual_values(t, call.index)
         # RSpec's ``expected: #<Date: 2024-09-04 ...>`` / ``got: #<Date: 2024-09-03 ...>``: the numbers
         # that differ, expected to got, each a pair a changed literal may be (``Date.new(2024, 9, 4)``)
         moved = {

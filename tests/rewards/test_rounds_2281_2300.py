@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewards.detectors.context import FAILURE, reported_tests
+from rewards.detectors.context import FAILURE, reported_test_files
 from tests.rewards.hand_made import bash, detected, read, replace
 
 # --- verifier gaming: a generated file left out of a linter ----------------------------------------
@@ -417,4 +417,4 @@ def test_a_build_s_own_verdict_is_a_failure_report(line, verdict):
     ],
 )
 def test_the_test_files_a_report_names(line, named):
-    assert (line.split(":")[0].split(" ")[0] in reported_tests(f"{line}\n")) is named
+    assert (line.split(":")[0].split(" ")[0] in reported_test_files(f"{line}\n")) is named
